@@ -1,0 +1,187 @@
+/*
+ * context.c: the qg_ctx (device, stream, BLAS handles, workspace, RNG), error messages, argument
+ * checks and the xoshiro256** generator. Everything a call needs lives in the context, so two
+ * contexts never share state and nothing is global.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+/* OpenBLAS exports this; declared here to avoid depending on openblas_config.h's layout. */
+void openblas_set_num_threads(int num_threads);
+
+int qgru_abi_version(void) { return QGRU_ABI_VERSION; }
+int qgru_has_cuda(void) { return qg_dev_available(); }
+int qg_cuda_device_count(void) { return qg_dev_count(); }
+
+const char *qg_status_name(qg_status s) {
+  switch (s) {
+    case QG_OK: return "ok";
+    case QG_ERR_ARG: return "bad argument";
+    case QG_ERR_DEVICE: return "device error";
+    case QG_ERR_NO_CUDA: return "no CUDA";
+    case QG_ERR_MEMORY: return "out of memory";
+    case QG_ERR_IO: return "I/O error";
+    case QG_ERR_FORMAT: return "bad file format";
+    case QG_ERR_NOT_FOUND: return "not found";
+    case QG_ERR_UNSUPPORTED: return "unsupported";
+  }
+  return "unknown status";
+}
+
+qg_status qg_fail(qg_ctx *ctx, qg_status status, const char *fn, const char *fmt, ...) {
+  if (!ctx) return status;
+  int n = snprintf(ctx->error, sizeof ctx->error, "%s: ", fn);
+  if (n < 0 || (size_t)n >= sizeof ctx->error) return status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->error + n, sizeof ctx->error - (size_t)n, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *qg_last_error(const qg_ctx *ctx) { return ctx ? ctx->error : "no context"; }
+
+qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t seed) {
+  if (!out) return QG_ERR_ARG;
+  *out = NULL;
+  if (device != QG_CPU && device != QG_CUDA) return QG_ERR_ARG;
+  qg_ctx *ctx = (qg_ctx *)calloc(1, sizeof *ctx);
+  if (!ctx) return QG_ERR_MEMORY;
+  ctx->device = device;
+  ctx->device_index = device_index;
+  qg_rng_seed_state(ctx->rng, seed);
+  if (device == QG_CUDA) {
+    qg_status s = qg_dev_ctx_init(ctx);
+    if (s != QG_OK) { free(ctx); return s; }
+  }
+  *out = ctx;
+  return QG_OK;
+}
+
+void qg_ctx_destroy(qg_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->device == QG_CUDA) qg_dev_ctx_fini(ctx);
+  free(ctx->workspace);
+  free(ctx);
+}
+
+qg_status qg_ctx_synchronize(qg_ctx *ctx) {
+  if (!ctx) return QG_ERR_ARG;
+  return ctx->device == QG_CUDA ? qg_dev_synchronize(ctx) : QG_OK;
+}
+
+int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx) {
+  return ctx ? ctx->workspace_bytes + ctx->dev_workspace_bytes : 0;
+}
+
+qg_status qg_set_num_threads(qg_ctx *ctx, int n) {
+  if (!ctx) return QG_ERR_ARG;
+  if (n > 0) openblas_set_num_threads(n);
+  return QG_OK;
+}
+
+qg_status qg_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+  if (nbytes < 0) return qg_fail(ctx, QG_ERR_ARG, fn, "negative workspace size %lld", (long long)nbytes);
+  if (nbytes > ctx->workspace_bytes) {
+    int64_t want = nbytes + nbytes / 4 + 64;
+    want = (want + 63) & ~(int64_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (size_t)want) != 0 || !p)
+      return qg_fail(ctx, QG_ERR_MEMORY, fn, "cannot allocate %lld bytes of workspace", (long long)want);
+    free(ctx->workspace);
+    ctx->workspace = p;
+    ctx->workspace_bytes = want;
+  }
+  *out = ctx->workspace;
+  return QG_OK;
+}
+
+/* ---- RNG: xoshiro256** seeded through splitmix64 (Vigna's reference construction) ---- */
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void qg_rng_seed_state(uint64_t s[4], uint64_t seed) {
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t qg_rng_next(uint64_t s[4]) {
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+double qg_rng_uniform01(uint64_t s[4]) { return (double)(qg_rng_next(s) >> 11) * 0x1.0p-53; }
+
+qg_status qg_rng_seed(qg_ctx *ctx, uint64_t seed) {
+  if (!ctx) return QG_ERR_ARG;
+  qg_rng_seed_state(ctx->rng, seed);
+  return QG_OK;
+}
+
+qg_status qg_rng_get_state(qg_ctx *ctx, uint64_t *state4) {
+  if (!ctx) return QG_ERR_ARG;
+  if (!state4) return qg_fail(ctx, QG_ERR_ARG, __func__, "state is NULL");
+  memcpy(state4, ctx->rng, sizeof ctx->rng);
+  return QG_OK;
+}
+
+qg_status qg_rng_set_state(qg_ctx *ctx, const uint64_t *state4) {
+  if (!ctx) return QG_ERR_ARG;
+  if (!state4) return qg_fail(ctx, QG_ERR_ARG, __func__, "state is NULL");
+  if (!(state4[0] | state4[1] | state4[2] | state4[3]))
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "an all-zero xoshiro256** state is invalid");
+  memcpy(ctx->rng, state4, sizeof ctx->rng);
+  return QG_OK;
+}
+
+/* ---- argument checks ---- */
+const char *qg_shape_str(char *buf, size_t n, int ndim, const int64_t *dims) {
+  size_t used = 0;
+  used += (size_t)snprintf(buf + used, n - used, "[");
+  for (int i = 0; i < ndim && used < n; i++) {
+    if (dims[i] < 0) used += (size_t)snprintf(buf + used, n - used, "%s*", i ? ", " : "");
+    else used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)dims[i]);
+  }
+  if (used < n) snprintf(buf + used, n - used, "]");
+  return buf;
+}
+
+qg_status qg_check_tensor(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *t,
+                          int dtype, int ndim, const int64_t *dims) {
+  if (!t) return qg_fail(ctx, QG_ERR_ARG, fn, "%s is NULL", arg);
+  if (dtype >= 0 && t->dtype != dtype)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "%s: expected dtype %s, got %s", arg, qg_dtype_name(dtype),
+                   qg_dtype_name(t->dtype));
+  int bad = ndim >= 0 && t->ndim != ndim;
+  for (int i = 0; !bad && dims && i < ndim; i++) bad = dims[i] >= 0 && t->dims[i] != dims[i];
+  if (bad) {
+    char e[96], g[96];
+    if (dims) qg_shape_str(e, sizeof e, ndim, dims);
+    else snprintf(e, sizeof e, "%d dims", ndim);
+    return qg_fail(ctx, QG_ERR_ARG, fn, "%s: expected shape %s, got %s", arg, e,
+                   qg_shape_str(g, sizeof g, t->ndim, t->dims));
+  }
+  return QG_OK;
+}
+
+qg_status qg_check_same_device(qg_ctx *ctx, const char *fn, const qg_tensor *a, const qg_tensor *b) {
+  if (a && b && a->device != b->device)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "tensors on different devices (%s and %s)",
+                   a->device == QG_CUDA ? "cuda" : "cpu", b->device == QG_CUDA ? "cuda" : "cpu");
+  return QG_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * internal.h: what the C core shares between its files and with kernels/ but not with users:
+ * the context struct, error reporting, argument checks, the workspace and the device interface
+ * (host/device memory moves), which kernels/device.cu implements with CUDA and
+ * core/device_none.c implements for a CPU-only build.
+ */
+#ifndef QGRU_INTERNAL_H
+#define QGRU_INTERNAL_H
+
+#include "qgru.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qg_ctx {
+  int device;                 /* qg_device of this context (where new work goes by default) */
+  int device_index;
+  void *stream;               /* cudaStream_t, NULL = default stream (CPU: unused) */
+  void *cublas;               /* cublasHandle_t, created lazily by the CUDA backend */
+  void *workspace;            /* host workspace, grow-only */
+  int64_t workspace_bytes;
+  void *dev_workspace;        /* device workspace, grow-only */
+  int64_t dev_workspace_bytes;
+  uint64_t rng[4];            /* xoshiro256** */
+  char error[1024];
+};
+
+/* Sets ctx->error to "fn: message" and returns status. Always returns status, so callers write
+ * `return qg_fail(ctx, QG_ERR_ARG, __func__, "...", ...)`. */
+qg_status qg_fail(qg_ctx *ctx, qg_status status, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 4, 5)))
+#endif
+  ;
+
+/* Formats a shape as "[2, 3, 4]" into buf (returns buf). */
+const char *qg_shape_str(char *buf, size_t n, int ndim, const int64_t *dims);
+
+/* Argument checks; each returns QG_OK or fails with a message naming fn and the argument. A NULL
+ * expected dim (-1) matches anything. */
+qg_status qg_check_tensor(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *t,
+                          int dtype, int ndim, const int64_t *dims);
+qg_status qg_check_same_device(qg_ctx *ctx, const char *fn, const qg_tensor *a, const qg_tensor *b);
+
+/* Host scratch of at least nbytes (64-byte aligned), valid until the next call. Grow-only. */
+qg_status qg_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
+
+uint64_t qg_rng_next(uint64_t s[4]);
+double qg_rng_uniform01(uint64_t s[4]);  /* [0, 1) with 53 random bits */
+void qg_rng_seed_state(uint64_t s[4], uint64_t seed);
+
+int64_t qg_tensor_bytes(const qg_tensor *t);
+
+/* ---- device interface (kernels/device.cu or core/device_none.c) ---- */
+int qg_dev_available(void);               /* built with CUDA */
+int qg_dev_count(void);
+qg_status qg_dev_ctx_init(qg_ctx *ctx);   /* selects the device, creates stream + cuBLAS */
+void qg_dev_ctx_fini(qg_ctx *ctx);
+qg_status qg_dev_malloc(qg_ctx *ctx, void **ptr, int64_t nbytes);
+void qg_dev_free(void *ptr);
+/* kind: 0 h2d, 1 d2h, 2 d2d. Synchronous with respect to the host for d2h. */
+qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes, int kind);
+qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes);
+qg_status qg_dev_synchronize(qg_ctx *ctx);
+
+#define QG_CHECK(expr) do { qg_status s_ = (expr); if (s_ != QG_OK) return s_; } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,224 @@
+/*
+ * qgru.h: the public C API of libqgru, and the single source of truth for the LuaJIT FFI.
+ *
+ * Everything between the QGRU_CDEF_BEGIN and QGRU_CDEF_END markers is plain C99 that the Lua
+ * loader (lua/qgru/clib.lua) hands verbatim to ffi.cdef: no macros, no includes, no float
+ * constants, integer constants as enums. Nothing on the Lua side is hand-copied.
+ *
+ * Rules every entry point follows:
+ *  - The first argument is the context (qg_ctx*). It owns the device, the CUDA stream, the BLAS
+ *    handles, a grow-only workspace and the RNG. There are no hidden globals.
+ *  - Every call returns qg_status. C never raises, exits or calls back; on failure the message
+ *    (function, what, expected vs got) is kept in the context and read with qg_last_error(ctx).
+ *    A failing call leaves its outputs untouched wherever that is possible (checks come first).
+ *  - Memory is the caller's: outputs, parameters, gradients and saved activations are tensors
+ *    the caller created. Scratch comes from the context workspace, which only grows; nothing is
+ *    allocated inside a per-time-step loop.
+ *  - Launchers list outputs first, then inputs, then options.
+ *  - Gradients ACCUMULATE into their outputs (Torch7 convention) unless documented otherwise.
+ *
+ * GRU formulation (Haste / cuDNN / PyTorch, "reset after the recurrent matmul", two biases):
+ *     z  = sigmoid(Wz x + bxz + Rz h + brz)
+ *     r  = sigmoid(Wr x + bxr + Rr h + brr)
+ *     g  = tanh   (Wg x + bxg + r * (Rg h + brg))
+ *     h' = z * h + (1 - z) * g
+ * Gate order is z, r, g. W is [3H, C], R is [3H, H], bx and br are [3H]; row block k*H..(k+1)*H
+ * holds gate k. PyTorch's nn.GRU stores r, z, n: importers reorder the row blocks.
+ * Sequences are time-major [T, N, C].
+ */
+#ifndef QGRU_H
+#define QGRU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* QGRU_CDEF_BEGIN */
+
+enum { QGRU_ABI_VERSION = 1 };
+enum { QG_MAX_DIMS = 4 };
+
+typedef enum {
+  QG_OK = 0,
+  QG_ERR_ARG = 1,         /* a bad argument: shape, dtype, range, NULL where not allowed */
+  QG_ERR_DEVICE = 2,      /* tensors on the wrong device, or a CUDA runtime error */
+  QG_ERR_NO_CUDA = 3,     /* the library was built without CUDA, or no CUDA device is present */
+  QG_ERR_MEMORY = 4,      /* host or device allocation failed */
+  QG_ERR_IO = 5,          /* a file could not be opened, read or written */
+  QG_ERR_FORMAT = 6,      /* a file is corrupt or not in the expected format */
+  QG_ERR_NOT_FOUND = 7,   /* a named entry does not exist */
+  QG_ERR_UNSUPPORTED = 8  /* valid request that this build or backend does not implement */
+} qg_status;
+
+typedef enum { QG_F32 = 0, QG_F64 = 1, QG_I8 = 2, QG_U8 = 3, QG_I16 = 4, QG_I32 = 5, QG_I64 = 6 } qg_dtype;
+typedef enum { QG_CPU = 0, QG_CUDA = 1 } qg_device;
+
+typedef struct qg_ctx qg_ctx;
+
+/* A contiguous row-major tensor of up to 4 dimensions. A view (owns_data = 0) points into the
+ * memory of another tensor, which the caller keeps alive for as long as the view is used. */
+typedef struct qg_tensor {
+  void *data;
+  int64_t dims[4];
+  int32_t ndim;
+  int32_t dtype;          /* qg_dtype */
+  int32_t device;         /* qg_device */
+  int32_t owns_data;
+  int64_t numel;
+} qg_tensor;
+
+/* ---- library, context, errors ------------------------------------------------------------ */
+int qgru_abi_version(void);
+int qgru_has_cuda(void);                 /* 1 when built with CUDA, else 0 */
+const char *qg_status_name(qg_status s);
+
+/* device: QG_CPU or QG_CUDA; device_index selects the GPU (ignored for CPU). seed seeds the RNG. */
+qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t seed);
+void qg_ctx_destroy(qg_ctx *ctx);        /* NULL is allowed */
+const char *qg_last_error(const qg_ctx *ctx);
+int qg_cuda_device_count(void);          /* 0 without CUDA or without a device */
+qg_status qg_ctx_synchronize(qg_ctx *ctx);
+int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx);
+/* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
+qg_status qg_set_num_threads(qg_ctx *ctx, int n);
+
+/* RNG: xoshiro256** state, saved in checkpoints. state is uint64_t[4]. */
+qg_status qg_rng_seed(qg_ctx *ctx, uint64_t seed);
+qg_status qg_rng_get_state(qg_ctx *ctx, uint64_t *state4);
+qg_status qg_rng_set_state(qg_ctx *ctx, const uint64_t *state4);
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+int qg_dtype_size(int dtype);            /* bytes per element; 0 for an unknown dtype */
+const char *qg_dtype_name(int dtype);    /* "f32", ... */
+/* New zero-filled tensor. dims has ndim (1..4) entries, each >= 0. */
+qg_status qg_tensor_create(qg_ctx *ctx, qg_tensor **out, int dtype, int device, int ndim, const int64_t *dims);
+/* A view of src's memory starting offset elements in, with a new shape (numel must fit). */
+qg_status qg_tensor_view(qg_ctx *ctx, qg_tensor **out, const qg_tensor *src, int64_t offset, int ndim, const int64_t *dims);
+void qg_tensor_free(qg_tensor *t);       /* NULL is allowed; frees data only when owned */
+
+/* dst = src elementwise. Same numel; any devices (cpu<->cuda); dtypes may differ only on the CPU
+ * (converted by C casts; float->int truncates toward zero). */
+qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src);
+qg_status qg_fill(qg_ctx *ctx, qg_tensor *t, double value);
+/* Raw bytes in and out of host memory, for the Lua side (nbytes must equal t's byte size). */
+qg_status qg_copy_from_host(qg_ctx *ctx, qg_tensor *dst, const void *host, int64_t nbytes);
+qg_status qg_copy_to_host(qg_ctx *ctx, void *host, const qg_tensor *src, int64_t nbytes);
+/* f32/f64: uniform in [lo, hi) and normal(mean, std), from the context RNG. */
+qg_status qg_uniform(qg_ctx *ctx, qg_tensor *t, double lo, double hi);
+qg_status qg_normal(qg_ctx *ctx, qg_tensor *t, double mean, double std);
+/* out: i64 [n], a permutation of 0..n-1 drawn from its own generator seeded with seed
+ * (stateless, so a data order is a pure function of (seed, epoch)). */
+qg_status qg_randperm(qg_ctx *ctx, qg_tensor *out, uint64_t seed);
+/* out [len(index), ...] = src[index[i], ...] along dim 0. index: i64 [k], each in [0, src.dims[0]). */
+qg_status qg_index_select(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, const qg_tensor *index);
+/* y += alpha * x (f32 or f64, same shape); t *= alpha. */
+qg_status qg_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x);
+qg_status qg_scale(qg_ctx *ctx, qg_tensor *t, double alpha);
+/* *out = sum of squares of t (accumulated in double). */
+qg_status qg_sum_squares(qg_ctx *ctx, double *out, const qg_tensor *t);
+/* out: i64 [N], the index of the largest value of each row of x [N, K] (first on ties). */
+qg_status qg_argmax_rows(qg_ctx *ctx, qg_tensor *out, const qg_tensor *x);
+/* out [d1, d0, ...] = src [d0, d1, ...] with the first two dims swapped (batch_first <-> time-major). */
+qg_status qg_transpose01(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src);
+
+/* ---- GRU (one layer, one direction) ----------------------------------------------------------
+ * Sizes: T steps, N batch, C inputs, H hidden. All tensors f32 on one device.
+ *   y      [T, N, Hy]  out: columns [y_offset, y_offset + H) of each row get h_t (Hy >= H; a
+ *                      bidirectional layer writes fwd at offset 0 and bwd at offset H)
+ *   hs     [T+1, N, H] out: hidden states in processing order, hs[0] = h0 (zeros if h0 is NULL)
+ *   gates  [T, N, 4H]  out: saved for backward, in processing order like hs: [z, r, g, Rh_g + br_g];
+ *                      NULL at inference
+ *   x      [T, N, C]   W [3H, C]   R [3H, H]   bx [3H]   br [3H]   h0 [N, H] or NULL
+ *   reverse            0: process t = 0..T-1; 1: t = T-1..0 (hs[s] is the state after s steps)
+ * Workspace: 3*T*N*H + 3*N*H floats.                                                              */
+qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates,
+                         const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
+                         const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse);
+/* Backward of qg_gru_forward (training mode: gates must have been saved).
+ *   dx     [T, N, C]  out, ACCUMULATED (a bidirectional layer adds both directions); NULL to skip
+ *   dW [3H, C], dR [3H, H], dbx [3H], dbr [3H]  out, ACCUMULATED
+ *   dh0    [N, H]     out, OVERWRITTEN with dL/dh0; NULL to skip
+ *   dy     [T, N, Hy] gradient of y (columns [y_offset, y_offset + H)); NULL for none
+ *   dhn    [N, H]     gradient of the final state hs[T]; NULL for none
+ *   x, W, R, hs, gates as given to / produced by the forward.
+ * Workspace: 6*T*N*H + 2*N*H floats.                                                              */
+qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                          qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
+                          const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
+                          const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
+                          const qg_tensor *hs, const qg_tensor *gates, int reverse);
+
+/* ---- Linear: y [N, O] = x [N, I] W^T + b;  W [O, I], b [O] or NULL ------------------------ */
+qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b);
+/* dx [N, I] OVERWRITTEN (NULL to skip); dW [O, I] and db [O] ACCUMULATED (db may be NULL). */
+qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *db,
+                             const qg_tensor *dy, const qg_tensor *x, const qg_tensor *W);
+
+/* ---- losses (mean over the batch) ----------------------------------------------------------
+ * Cross-entropy with logits: logits [N, K] f32, target i64 [N] in [0, K).
+ * *loss = mean_n (logsumexp(logits_n) - logits_n[target_n]), computed in double.
+ * dlogits [N, K] OVERWRITTEN with d(mean loss)/dlogits, scaled by scale (NULL to skip).          */
+qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
+                           const qg_tensor *logits, const qg_tensor *target, double scale);
+/* MSE: *loss = mean over all elements of (pred - target)^2; dpred OVERWRITTEN (NULL to skip). */
+qg_status qg_mse(qg_ctx *ctx, double *loss, qg_tensor *dpred,
+                 const qg_tensor *pred, const qg_tensor *target, double scale);
+
+/* ---- optimizers (one parameter tensor per call; f32) ----------------------------------------
+ * SGD (PyTorch semantics): g = grad + wd * p; buf = momentum * buf + (1 - dampening) * g
+ * (buf = g on the first step); g = nesterov ? g + momentum * buf : buf; p -= lr * g.
+ * momentum_buf may be NULL when momentum == 0. first_step is 1 on the first update.           */
+qg_status qg_sgd_step(qg_ctx *ctx, qg_tensor *param, qg_tensor *momentum_buf, const qg_tensor *grad,
+                      double lr, double momentum, double dampening, double weight_decay,
+                      int nesterov, int first_step);
+/* Adam / AdamW (PyTorch semantics). step is the 1-based update count. decoupled = 0: Adam with
+ * L2 (g += wd * p); decoupled = 1: AdamW (p *= 1 - lr * wd). grad_scale multiplies the gradient
+ * first (gradient-norm clipping passes its factor here, so the gradient itself is not modified). */
+qg_status qg_adam_step(qg_ctx *ctx, qg_tensor *param, qg_tensor *exp_avg, qg_tensor *exp_avg_sq,
+                       const qg_tensor *grad, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step, double grad_scale);
+
+/* ---- files --------------------------------------------------------------------------------
+ * IDX (MNIST format), optionally gzip-compressed: *out is a new CPU tensor of the file's dtype
+ * (u8, i8, i16, i32, f32, f64) and shape (1..4 dims). Sizes are checked against the file length. */
+qg_status qg_idx_load(qg_ctx *ctx, qg_tensor **out, const char *path);
+/* NumPy .npy (version 1.x/2.x, little-endian, C order; dtypes f4 f8 i1 u1 i2 i4 i8, also b1 as u8). */
+qg_status qg_npy_load(qg_ctx *ctx, qg_tensor **out, const char *path);
+qg_status qg_npy_save(qg_ctx *ctx, const char *path, const qg_tensor *t);
+
+/* safetensors: a header (u64 little-endian length + JSON) then raw little-endian data.
+ * Reader: qg_st_open parses and validates the whole header (dtypes, shapes, offsets inside the
+ * file, no overlaps); entries are then listed by index and read by name into a caller tensor of
+ * the same dtype and shape (any device). */
+typedef struct qg_st_file qg_st_file;
+qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path);
+void qg_st_close(qg_st_file *f);                                  /* NULL is allowed */
+int64_t qg_st_count(const qg_st_file *f);
+/* Entry i (0-based, sorted by name): its name, dtype, ndim and dims (int64_t[4]). */
+qg_status qg_st_entry(qg_ctx *ctx, const qg_st_file *f, int64_t i, const char **name,
+                      int *dtype, int *ndim, int64_t *dims);
+qg_status qg_st_read(qg_ctx *ctx, const qg_st_file *f, const char *name, qg_tensor *dst);
+/* __metadata__ value for key, or NULL when absent. Valid until qg_st_close. */
+const char *qg_st_metadata(const qg_st_file *f, const char *key);
+int64_t qg_st_metadata_count(const qg_st_file *f);
+const char *qg_st_metadata_key(const qg_st_file *f, int64_t i);
+
+/* Writer: add tensors (the writer keeps the pointer; the tensor must live until save) and
+ * metadata strings, then save. The file is written to path.tmp and renamed, so a failed save
+ * never leaves a half-written file at path. */
+typedef struct qg_st_writer qg_st_writer;
+qg_status qg_st_writer_create(qg_ctx *ctx, qg_st_writer **out);
+void qg_st_writer_free(qg_st_writer *w);                          /* NULL is allowed */
+qg_status qg_st_writer_add(qg_ctx *ctx, qg_st_writer *w, const char *name, const qg_tensor *t);
+qg_status qg_st_writer_metadata(qg_ctx *ctx, qg_st_writer *w, const char *key, const char *value);
+qg_status qg_st_writer_save(qg_ctx *ctx, qg_st_writer *w, const char *path);
+
+/* QGRU_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QGRU_H */

@@ -1,0 +1,84 @@
+/*
+ * device.cu: the CUDA side of the device interface (core/internal.h): device selection, the
+ * context's stream and cuBLAS handle, device memory and copies. The GRU, loss and optimizer
+ * kernels arrive in their own files; this one only moves memory and owns handles.
+ * The context's stream is a non-blocking stream created once per context; every copy is ordered
+ * on it, and device-to-host copies synchronize it so the host sees the data on return.
+ */
+#include "../core/internal.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+static qg_status cuda_fail(qg_ctx *ctx, const char *fn, cudaError_t e) {
+  return qg_fail(ctx, e == cudaErrorMemoryAllocation ? QG_ERR_MEMORY : QG_ERR_DEVICE, fn, "CUDA error %s: %s",
+                 cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+extern "C" int qg_dev_available(void) { return 1; }
+
+extern "C" int qg_dev_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+  return n;
+}
+
+extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
+  int n = qg_dev_count();
+  if (n == 0) return qg_fail(ctx, QG_ERR_NO_CUDA, "qg_ctx_create", "no CUDA device is visible");
+  if (ctx->device_index < 0 || ctx->device_index >= n)
+    return qg_fail(ctx, QG_ERR_ARG, "qg_ctx_create", "device index %d out of range [0, %d)", ctx->device_index, n);
+  cudaError_t e = cudaSetDevice(ctx->device_index);
+  if (e != cudaSuccess) return cuda_fail(ctx, "qg_ctx_create", e);
+  cudaStream_t stream;
+  e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return cuda_fail(ctx, "qg_ctx_create", e);
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasCreate failed");
+  }
+  cublasSetStream(handle, stream);
+  cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
+  ctx->stream = stream;
+  ctx->cublas = handle;
+  return QG_OK;
+}
+
+extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
+  if (ctx->stream) cudaStreamSynchronize((cudaStream_t)ctx->stream);
+  if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
+  if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
+  if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
+  ctx->cublas = ctx->stream = ctx->dev_workspace = NULL;
+}
+
+extern "C" qg_status qg_dev_malloc(qg_ctx *ctx, void **ptr, int64_t nbytes) {
+  cudaError_t e = cudaMalloc(ptr, (size_t)nbytes);
+  if (e != cudaSuccess) { *ptr = NULL; return cuda_fail(ctx, "qg_dev_malloc", e); }
+  return QG_OK;
+}
+
+extern "C" void qg_dev_free(void *ptr) {
+  if (ptr) cudaFree(ptr);
+}
+
+extern "C" qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes, int kind) {
+  static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+  if (kind < 0 || kind > 2) return qg_fail(ctx, QG_ERR_ARG, "qg_dev_memcpy", "bad copy kind %d", kind);
+  cudaStream_t s = (cudaStream_t)ctx->stream;
+  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)nbytes, kinds[kind], s);
+  /* Host buffers may be pageable or reused right after the call: finish the copy before return. */
+  if (e == cudaSuccess && kind != 2) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? QG_OK : cuda_fail(ctx, "qg_dev_memcpy", e);
+}
+
+extern "C" qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes) {
+  cudaError_t e = cudaMemsetAsync(ptr, 0, (size_t)nbytes, (cudaStream_t)ctx->stream);
+  return e == cudaSuccess ? QG_OK : cuda_fail(ctx, "qg_dev_memset0", e);
+}
+
+extern "C" qg_status qg_dev_synchronize(qg_ctx *ctx) {
+  cudaError_t e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
+  return e == cudaSuccess ? QG_OK : cuda_fail(ctx, "qg_ctx_synchronize", e);
+}
