@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cblas.h>
 
 /* OpenBLAS exports this; declared here to avoid depending on openblas_config.h's layout. */
@@ -83,6 +84,12 @@ qg_status qg_set_num_threads(qg_ctx *ctx, int n) {
   if (!ctx) return QG_ERR_ARG;
   if (n > 0) openblas_set_num_threads(n);
   return QG_OK;
+}
+
+double qg_wall_time(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 qg_status qg_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {

@@ -44,7 +44,7 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
   QG_CHECK(check_f32_cpu(ctx, fn, "x", x, 2, xd));
   int64_t N = x->dims[0], yd[2] = {N, O}, bd[1] = {O};
   QG_CHECK(check_f32_cpu(ctx, fn, "dy", dy, 2, yd));
-  QG_CHECK(check_f32_cpu(ctx, fn, "dW", dW, 2, W->dims));
+  if (dW) QG_CHECK(check_f32_cpu(ctx, fn, "dW", dW, 2, W->dims));
   if (dx) QG_CHECK(check_f32_cpu(ctx, fn, "dx", dx, 2, x->dims));
   if (db) QG_CHECK(check_f32_cpu(ctx, fn, "db", db, 1, bd));
   const float *dyp = (const float *)dy->data;
@@ -52,8 +52,9 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
     if (dx)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)In, (int)O, 1.0f, dyp, (int)O,
                   (const float *)W->data, (int)In, 0.0f, (float *)dx->data, (int)In);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)In, (int)N, 1.0f, dyp, (int)O,
-                (const float *)x->data, (int)In, 1.0f, (float *)dW->data, (int)In);
+    if (dW)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)In, (int)N, 1.0f, dyp, (int)O,
+                  (const float *)x->data, (int)In, 1.0f, (float *)dW->data, (int)In);
   } else if (dx) {
     for (int64_t i = 0; i < N * In; i++) ((float *)dx->data)[i] = 0.0f;
   }

@@ -84,6 +84,8 @@ qg_status qg_ctx_synchronize(qg_ctx *ctx);
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx);
 /* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
 qg_status qg_set_num_threads(qg_ctx *ctx, int n);
+/* Monotonic wall clock in seconds (for progress lines and benchmarks). */
+double qg_wall_time(void);
 
 /* RNG: xoshiro256** state, saved in checkpoints. state is uint64_t[4]. */
 qg_status qg_rng_seed(qg_ctx *ctx, uint64_t seed);
@@ -153,7 +155,7 @@ qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *
 
 /* ---- Linear: y [N, O] = x [N, I] W^T + b;  W [O, I], b [O] or NULL ------------------------ */
 qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b);
-/* dx [N, I] OVERWRITTEN (NULL to skip); dW [O, I] and db [O] ACCUMULATED (db may be NULL). */
+/* dx [N, I] OVERWRITTEN; dW [O, I] and db [O] ACCUMULATED. Each may be NULL to skip it. */
 qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *db,
                              const qg_tensor *dy, const qg_tensor *x, const qg_tensor *W);
 

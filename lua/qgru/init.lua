@@ -1,0 +1,49 @@
+-- qgru: quantization-aware training of GRU networks, driven from LuaJIT.
+--   local qgru = require("qgru")
+--   local nn, optim, data, train = qgru.nn, qgru.optim, qgru.data, qgru.train
+-- The package sets no globals.
+local clib = require("qgru.clib")
+local Tensor = require("qgru.tensor")
+local serialize = require("qgru.serialize")
+
+local qgru = {
+  VERSION = "0.1.0",
+  Tensor = Tensor,
+  nn = require("qgru.nn"),
+  optim = require("qgru.optim"),
+  data = require("qgru.data"),
+  train = require("qgru.train"),
+  serialize = serialize,
+  cli = require("qgru.cli"),
+}
+
+local device = "cpu"
+
+-- "cpu" | "cuda": where new models and tensors go by default.
+function qgru.setDevice(d)
+  if d ~= "cpu" and d ~= "cuda" then error("qgru.setDevice: expected 'cpu' or 'cuda', got " .. tostring(d), 2) end
+  if d == "cuda" and not clib.cuda_available() then
+    error("qgru.setDevice: no CUDA device (" .. (clib.lib.qgru_has_cuda() == 0 and "libqgru was built without CUDA" or "none visible") .. ")", 2)
+  end
+  device = d
+end
+function qgru.device() return device end
+function qgru.cudaAvailable() return clib.cuda_available() end
+
+-- Seeds the RNG used for initialisation (and everything else drawn from the contexts).
+function qgru.seed(s) clib.seed(s) end
+
+function qgru.zeros(shape, dtype, dev) return Tensor.new(shape, dtype, dev or device) end
+function qgru.tensor(tbl, dtype, dev) return Tensor.from(tbl, dtype, dev or device) end
+function qgru.randn(shape, dtype, dev) return Tensor.new(shape, dtype, dev or device):normal(0, 1) end
+function qgru.rand(shape, dtype, dev) return Tensor.new(shape, dtype, dev or device):uniform(0, 1) end
+
+-- BLAS threads for the CPU backend.
+function qgru.setNumThreads(n) clib.check(clib.context("cpu"), clib.lib.qg_set_num_threads(clib.context("cpu"), n)) end
+
+qgru.save = serialize.saveModel             -- qgru.save(model, path)
+qgru.load = serialize.loadModel             -- qgru.load(model, path)
+qgru.importTorchGRU = serialize.importTorchGRU
+qgru.wallTime = clib.wall_time
+
+return qgru

@@ -1,0 +1,219 @@
+-- nn/gru.lua: the GRU module: multi-layer, optionally bidirectional, optional initial state.
+--
+--   nn.GRU(inputSize, hiddenSize, {layers = 1, bidirectional = false, batch_first = false})
+--   forward(x) or forward({x, h0}):  x [T, N, C] (or [N, T, C] with batch_first),
+--                                    h0 [layers * dirs, N, H]
+--   output [T, N, dirs * H] (fwd then bwd halves); self.h_n [layers * dirs, N, H]
+--   gradInput: dx, or {dx, dh0} when h0 was given.
+--
+-- Each layer and direction has its own W [3H, in], R [3H, H], bx [3H], br [3H] in gate order
+-- z, r, g (see core/qgru.h for the formulation), named "l<k>.<fwd|bwd>.<W|R|bx|br>".
+-- The C backward produces gradInput and the parameter gradients in one pass, so (as torch/rnn's
+-- SeqGRU does) updateGradInput runs it and accGradParameters only runs it when it was not run.
+local class = require("qgru.class")
+local clib = require("qgru.clib")
+local Module = require("qgru.nn.module")
+local Tensor = require("qgru.tensor")
+
+local lib, check = clib.lib, clib.check
+
+local GRU = class("nn.GRU", Module)
+
+local DIR_NAMES = { [0] = "fwd", [1] = "bwd" }
+
+function GRU:__init(inputSize, hiddenSize, opts)
+  Module.__init(self)
+  opts = opts or {}
+  local function posint(v, what)
+    if type(v) ~= "number" or v < 1 or v % 1 ~= 0 then
+      error(string.format("qgru: nn.GRU: %s must be a positive integer, got %s", what, tostring(v)), 3)
+    end
+  end
+  posint(inputSize, "inputSize"); posint(hiddenSize, "hiddenSize")
+  for k in pairs(opts) do
+    if k ~= "layers" and k ~= "bidirectional" and k ~= "batch_first" and k ~= "device" then
+      error("qgru: nn.GRU: unknown option '" .. tostring(k) .. "' (layers, bidirectional, batch_first, device)", 2)
+    end
+  end
+  self.inputSize, self.hiddenSize = inputSize, hiddenSize
+  self.layers = opts.layers or 1
+  posint(self.layers, "layers")
+  self.bidirectional = opts.bidirectional and true or false
+  self.dirs = self.bidirectional and 2 or 1
+  self.batch_first = opts.batch_first and true or false
+  self.weights, self.grads = {}, {}
+  local H, device = hiddenSize, opts.device or "cpu"
+  for l = 0, self.layers - 1 do
+    local C = l == 0 and inputSize or self.dirs * H
+    self.weights[l], self.grads[l] = {}, {}
+    for d = 0, self.dirs - 1 do
+      local w, g = {}, {}
+      for _, spec in ipairs({ { "W", { 3 * H, C } }, { "R", { 3 * H, H } }, { "bx", { 3 * H } }, { "br", { 3 * H } } }) do
+        w[spec[1]] = Tensor.new(spec[2], "f32", device)
+        g[spec[1]] = Tensor.new(spec[2], "f32", device)
+      end
+      self.weights[l][d], self.grads[l][d] = w, g
+    end
+  end
+  self:reset()
+end
+
+-- PyTorch's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)), drawn
+-- from the context RNG in parameter order (seed with qgru.seed for reproducible models).
+function GRU:reset()
+  local k = 1 / math.sqrt(self.hiddenSize)
+  for _, e in ipairs(self:namedParameters()) do e.param:uniform(-k, k) end
+  return self
+end
+
+function GRU:namedParameters()
+  local out = {}
+  for l = 0, self.layers - 1 do
+    for d = 0, self.dirs - 1 do
+      for _, n in ipairs({ "W", "R", "bx", "br" }) do
+        local name = string.format("l%d.%s.%s", l, DIR_NAMES[d], n)
+        out[#out + 1] = { name = name, param = self.weights[l][d][n], grad = self.grads[l][d][n] }
+      end
+    end
+  end
+  return out
+end
+
+function GRU:_replaceParameter(name, param, grad)
+  local l, d, n = name:match("^l(%d+)%.(%a+)%.(%a+)$")
+  d = d == "fwd" and 0 or 1
+  self.weights[tonumber(l)][d][n], self.grads[tonumber(l)][d][n] = param, grad
+end
+
+local function split_input(self, input)
+  if type(input) == "table" and getmetatable(input) ~= Tensor then
+    if #input ~= 2 then self:fail("input: expected a tensor x or a table {x, h0}, got a table of %d entries", #input) end
+    return input[1], input[2]
+  end
+  return input, nil
+end
+
+-- x in time-major layout (a transposed copy when batch_first), after checking its shape.
+function GRU:_timeMajor(x)
+  local names = self.batch_first and { "N", "T", "C" } or { "T", "N", "C" }
+  local shape = self.batch_first and { false, false, self.inputSize } or { false, false, self.inputSize }
+  self:checkInput(x, shape, names)
+  if x:device() ~= self.weights[0][0].W:device() then
+    self:fail("input is on %s but the parameters are on %s (call model:to('%s'))", x:device(), self.weights[0][0].W:device(), x:device())
+  end
+  if not self.batch_first then return x end
+  local s = x:shape()
+  return x:transpose01(self:buffer("_x_tm", { s[2], s[1], s[3] }, x:device()))
+end
+
+function GRU:updateOutput(input)
+  local x, h0 = split_input(self, input)
+  local xt = self:_timeMajor(x)
+  local T, N = xt:size(1), xt:size(2)
+  local H, D, L = self.hiddenSize, self.dirs, self.layers
+  local dev = xt:device()
+  if h0 then self:checkInput(h0, { L * D, N, H }, nil, "h0") end
+  local ctx = clib.context(dev)
+  self._hs, self._gates, self._ys = self._hs or {}, self._gates or {}, self._ys or {}
+  local inp = xt
+  for l = 0, L - 1 do
+    local y = self:buffer("_y" .. l, { T, N, D * H }, dev)
+    self._ys[l] = y
+    for d = 0, D - 1 do
+      local key = l * D + d
+      local hs = self:buffer("_hs" .. key, { T + 1, N, H }, dev)
+      local gates = self.train and self:buffer("_gates" .. key, { T, N, 4 * H }, dev) or nil
+      self._hs[key], self._gates[key] = hs, gates
+      local w = self.weights[l][d]
+      local h0v = h0 and h0:select(key + 1) or nil
+      check(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
+                                    w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+    end
+    inp = y
+  end
+  -- h_n: the final state of every layer and direction.
+  local hn = self:buffer("h_n", { L * D, N, H }, dev)
+  for key = 0, L * D - 1 do hn:select(key + 1):copy(self._hs[key]:select(T + 1)) end
+  self._trained_forward = self.train
+  if self.batch_first then
+    self.output = inp:transpose01(self:buffer("_out_bf", { N, T, D * H }, dev))
+  else
+    self.output = inp
+  end
+  return self.output
+end
+
+function GRU:_backward(input, gradOutput, scale)
+  if not self._trained_forward then
+    self:fail("backward needs the forward to run in training mode (call model:training() before forward)")
+  end
+  local x, h0 = split_input(self, input)
+  local xt = self.batch_first and self._x_tm or x
+  local T, N = xt:size(1), xt:size(2)
+  local H, D, L = self.hiddenSize, self.dirs, self.layers
+  local dev = xt:device()
+  self:checkInput(gradOutput, self.batch_first and { N, T, D * H } or { T, N, D * H }, nil, "gradOutput")
+  local dy = gradOutput
+  if self.batch_first then dy = gradOutput:transpose01(self:buffer("_dy_tm", { T, N, D * H }, dev)) end
+  if scale ~= 1 then
+    dy = self:buffer("_dy_scaled", { T, N, D * H }, dev):copy(dy):mul(scale)
+  end
+  local ctx = clib.context(dev)
+  local dh0 = h0 and self:buffer("_dh0", { L * D, N, H }, dev) or nil
+  local dx
+  for l = L - 1, 0, -1 do
+    local inp = l == 0 and xt or self._ys[l - 1]
+    dx = l == 0 and self:buffer("_dx_tm", { T, N, self.inputSize }, dev) or self:buffer("_dy" .. (l - 1), { T, N, D * H }, dev)
+    dx:zero()
+    local dyl = l == L - 1 and dy or self["_dy" .. l]
+    for d = 0, D - 1 do
+      local key = l * D + d
+      local w, g = self.weights[l][d], self.grads[l][d]
+      local dh0v = dh0 and dh0:select(key + 1) or nil
+      check(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil,
+                                     dyl.t, d * H, nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
+    end
+  end
+  if self.batch_first then dx = dx:transpose01(self:buffer("_dx_bf", { N, T, self.inputSize }, dev)) end
+  self.gradInput = h0 and { dx, dh0 } or dx
+  return self.gradInput
+end
+
+function GRU:updateGradInput(input, gradOutput)
+  self:_backward(input, gradOutput, 1)
+  self._grads_done = true
+  return self.gradInput
+end
+
+function GRU:accGradParameters(input, gradOutput, scale)
+  if self._grads_done then self._grads_done = false; return end
+  -- Parameter gradients were not produced by updateGradInput: run the fused backward now
+  -- (its gradInput is discarded; nn semantics keep the last one).
+  local keep = self.gradInput
+  self:_backward(input, gradOutput, scale or 1)
+  self.gradInput = keep or self.gradInput
+end
+
+function GRU:backward(input, gradOutput, scale)
+  self._grads_done = false
+  return self:_backward(input, gradOutput, scale or 1)
+end
+
+function GRU:clearState()
+  for k in pairs(self) do
+    if type(k) == "string" and (k:match("^_y%d") or k:match("^_hs%d") or k:match("^_gates%d") or k:match("^_dy")
+        or k:match("^_dx") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
+      self[k] = nil
+    end
+  end
+  self._hs, self._gates, self._ys = nil, nil, nil
+  return Module.clearState(self)
+end
+
+function GRU:__tostring()
+  return string.format("nn.GRU(%d -> %d, layers=%d%s%s)  -- %d parameters", self.inputSize, self.hiddenSize, self.layers,
+                       self.bidirectional and ", bidirectional" or "", self.batch_first and ", batch_first" or "",
+                       self:numParameters())
+end
+
+return GRU

@@ -1,0 +1,293 @@
+-- tensor.lua: the Tensor class, a Lua object owning one qg_tensor (ffi.gc + idempotent :free()).
+-- Shapes are Lua tables ({2, 3}); dtypes and devices are strings ("f32", "cpu"). A view keeps a
+-- reference to the tensor whose memory it uses, so the memory outlives the view.
+local clib = require("qgru.clib")
+local class = require("qgru.class")
+
+local ffi, lib, check = clib.ffi, clib.lib, clib.check
+
+local Tensor = class("qgru.Tensor")
+
+local dims_buf = ffi.new("int64_t[4]")
+local out_buf = ffi.new("qg_tensor*[1]")
+
+local function shape_str(shape)
+  return "[" .. table.concat(shape, ", ") .. "]"
+end
+Tensor.shape_str = shape_str
+
+local function wrap(ptr, base)
+  local self = setmetatable({}, Tensor)
+  self.t = ffi.gc(ptr, lib.qg_tensor_free)
+  self._base = base
+  return self
+end
+
+-- Tensor.new(shape, dtype, device): a zero-filled tensor. shape is a table of 1..4 sizes.
+function Tensor.new(shape, dtype, device)
+  dtype, device = dtype or "f32", device or "cpu"
+  if type(shape) ~= "table" or #shape < 1 or #shape > 4 then
+    error("qgru.Tensor: shape must be a table of 1..4 sizes, got " .. tostring(shape), 2)
+  end
+  local dt = clib.dtypes[dtype]
+  if not dt then error("qgru.Tensor: unknown dtype '" .. tostring(dtype) .. "' (f32 f64 i8 u8 i16 i32 i64)", 2) end
+  for i, d in ipairs(shape) do
+    if type(d) ~= "number" or d < 0 or d % 1 ~= 0 then
+      error("qgru.Tensor: size " .. i .. " of " .. shape_str(shape) .. " is not a non-negative integer", 2)
+    end
+    dims_buf[i - 1] = d
+  end
+  local ctx = clib.context(device)
+  check(ctx, lib.qg_tensor_create(ctx, out_buf, dt, clib.devices[device], #shape, dims_buf))
+  return wrap(out_buf[0])
+end
+
+-- Wraps a qg_tensor* produced by the C library (ownership passes to Lua).
+function Tensor.adopt(ptr) return wrap(ptr) end
+
+function Tensor:free()
+  if self.t ~= nil then
+    lib.qg_tensor_free(ffi.gc(self.t, nil))
+    self.t = nil
+  end
+end
+
+local function live(self)
+  local t = self.t
+  if t == nil then error("qgru.Tensor: use after :free()", 3) end
+  return t
+end
+
+function Tensor:ctx() return clib.context(self:device()) end
+function Tensor:cdata() return live(self) end
+function Tensor:dtype() return clib.dtype_names[tonumber(live(self).dtype)] end
+function Tensor:device() return clib.device_names[tonumber(live(self).device)] end
+function Tensor:dim() return tonumber(live(self).ndim) end
+function Tensor:numel() return tonumber(live(self).numel) end
+function Tensor:size(i)
+  local t = live(self)
+  if i then return tonumber(t.dims[i - 1]) end
+  return self:shape()
+end
+function Tensor:shape()
+  local t, s = live(self), {}
+  for i = 0, t.ndim - 1 do s[i + 1] = tonumber(t.dims[i]) end
+  return s
+end
+function Tensor:sameShape(shape)
+  local t = live(self)
+  if #shape ~= t.ndim then return false end
+  for i = 1, #shape do if shape[i] ~= tonumber(t.dims[i - 1]) then return false end end
+  return true
+end
+
+-- A typed pointer to the data of a CPU tensor (for Lua loops; 0-based indexing).
+function Tensor:ptr()
+  local t = live(self)
+  if t.device ~= lib.QG_CPU then error("qgru.Tensor:ptr(): the tensor is on " .. self:device() .. "; call :to('cpu') first", 2) end
+  return ffi.cast(clib.ctypes[self:dtype()] .. "*", t.data)
+end
+
+-- A view of count elements starting at offset with the given shape (shares memory).
+function Tensor:view(shape, offset)
+  local t = live(self)
+  for i, d in ipairs(shape) do dims_buf[i - 1] = d end
+  local ctx = self:ctx()
+  check(ctx, lib.qg_tensor_view(ctx, out_buf, t, offset or 0, #shape, dims_buf))
+  return wrap(out_buf[0], self._base or self)
+end
+
+-- Rows [first, first + count) along dim 0 (1-based first), as a view.
+function Tensor:narrow(first, count)
+  local s = self:shape()
+  if first < 1 or count < 0 or first - 1 + count > s[1] then
+    error(string.format("qgru.Tensor:narrow(%d, %d): out of range for dim 1 of size %d", first, count, s[1]), 2)
+  end
+  local row = self:numel() / math.max(s[1], 1)
+  s[1] = count
+  return self:view(s, (first - 1) * row)
+end
+
+-- Row i along dim 0 (1-based) with that dim dropped, as a view.
+function Tensor:select(i)
+  local s = self:shape()
+  if #s < 2 then error("qgru.Tensor:select: needs a tensor of 2+ dims", 2) end
+  local v = self:narrow(i, 1)
+  table.remove(s, 1)
+  return v:view(s)
+end
+
+function Tensor:copy(src)
+  local ctx = clib.context(self:device() == "cuda" and "cuda" or src:device())
+  check(ctx, lib.qg_copy(ctx, live(self), live(src)))
+  return self
+end
+
+function Tensor:clone() return Tensor.new(self:shape(), self:dtype(), self:device()):copy(self) end
+
+-- to("cuda"), to("cpu"), to("f64"): a converted copy, or self when nothing changes.
+function Tensor:to(what)
+  if clib.devices[what] then
+    if what == self:device() then return self end
+    return Tensor.new(self:shape(), self:dtype(), what):copy(self)
+  elseif clib.dtypes[what] then
+    if what == self:dtype() then return self end
+    local src = self:device() == "cpu" and self or self:to("cpu")
+    local out = Tensor.new(self:shape(), what, "cpu"):copy(src)
+    return self:device() == "cpu" and out or out:to(self:device())
+  end
+  error("qgru.Tensor:to: expected a device (cpu, cuda) or a dtype (f32 f64 i8 u8 i16 i32 i64), got " .. tostring(what), 2)
+end
+
+function Tensor:fill(v)
+  local ctx = self:ctx()
+  check(ctx, lib.qg_fill(ctx, live(self), v))
+  return self
+end
+function Tensor:zero() return self:fill(0) end
+
+function Tensor:uniform(lo, hi)
+  local ctx = self:ctx()
+  check(ctx, lib.qg_uniform(ctx, live(self), lo or 0, hi or 1))
+  return self
+end
+function Tensor:normal(mean, std)
+  local ctx = self:ctx()
+  check(ctx, lib.qg_normal(ctx, live(self), mean or 0, std or 1))
+  return self
+end
+
+-- self += alpha * x
+function Tensor:add(alpha, x)
+  if x == nil then alpha, x = 1, alpha end
+  local ctx = self:ctx()
+  check(ctx, lib.qg_axpy(ctx, live(self), alpha, live(x)))
+  return self
+end
+function Tensor:mul(alpha)
+  local ctx = self:ctx()
+  check(ctx, lib.qg_scale(ctx, live(self), alpha))
+  return self
+end
+
+local dbl = ffi.new("double[1]")
+function Tensor:sumsq()
+  local ctx = self:ctx()
+  check(ctx, lib.qg_sum_squares(ctx, dbl, live(self)))
+  return dbl[0]
+end
+
+-- Index of the largest value of each row of an [N, K] tensor, as an i64 [N] tensor (0-based).
+function Tensor:argmax()
+  local out = Tensor.new({ self:size(1) }, "i64")
+  local ctx = self:ctx()
+  check(ctx, lib.qg_argmax_rows(ctx, out.t, live(self)))
+  return out
+end
+
+-- Rows of self picked by an i64 index tensor (0-based), into out (created when nil).
+function Tensor:index(idx, out)
+  local s = self:shape()
+  s[1] = idx:numel()
+  out = out or Tensor.new(s, self:dtype(), self:device())
+  local ctx = self:ctx()
+  check(ctx, lib.qg_index_select(ctx, out.t, live(self), idx.t))
+  return out
+end
+
+-- The first two dims swapped, into out (created when nil).
+function Tensor:transpose01(out)
+  local s = self:shape()
+  s[1], s[2] = s[2], s[1]
+  out = out or Tensor.new(s, self:dtype(), self:device())
+  local ctx = self:ctx()
+  check(ctx, lib.qg_transpose01(ctx, out.t, live(self)))
+  return out
+end
+
+-- Element at 1-based indices (any device; a CUDA read copies one tensor to the host).
+local function flat_index(self, ...)
+  local n, s, idx = select("#", ...), self:shape(), 0
+  if n ~= #s then error(string.format("qgru.Tensor: %d indices for a %d-dim tensor", n, #s), 3) end
+  for i = 1, n do
+    local v = select(i, ...)
+    if v < 1 or v > s[i] then error(string.format("qgru.Tensor: index %d is %d, outside 1..%d", i, v, s[i]), 3) end
+    idx = idx * s[i] + (v - 1)
+  end
+  return idx
+end
+function Tensor:get(...)
+  local src = self:device() == "cpu" and self or self:to("cpu")
+  return tonumber(src:ptr()[flat_index(self, ...)])
+end
+function Tensor:set(...)
+  local n = select("#", ...)
+  local v = select(n, ...)
+  if self:device() ~= "cpu" then error("qgru.Tensor:set: only on cpu tensors", 2) end
+  local idx = flat_index(self, unpack({ ... }, 1, n - 1))
+  self:ptr()[idx] = v
+  return self
+end
+
+-- Nested Lua tables of numbers.
+function Tensor:totable()
+  local src = self:device() == "cpu" and self or self:to("cpu")
+  local p, s = src:ptr(), src:shape()
+  local pos = 0
+  local function build(d)
+    local t = {}
+    for i = 1, s[d] do
+      if d == #s then t[i] = tonumber(p[pos]); pos = pos + 1 else t[i] = build(d + 1) end
+    end
+    return t
+  end
+  return build(1)
+end
+
+-- Tensor.from(nested_table, dtype, device)
+function Tensor.from(tbl, dtype, device)
+  if type(tbl) ~= "table" then error("qgru.tensor: expected a (nested) table of numbers, got " .. type(tbl), 2) end
+  local shape, t = {}, tbl
+  while type(t) == "table" do shape[#shape + 1] = #t; t = t[1] end
+  local out = Tensor.new(shape, dtype or "f32", "cpu")
+  local p, pos = out:ptr(), 0
+  local function fill(v, d, where)
+    if d > #shape then
+      if type(v) ~= "number" then error("qgru.tensor: element " .. where .. " is " .. type(v) .. ", not a number", 4) end
+      p[pos] = v; pos = pos + 1
+      return
+    end
+    if type(v) ~= "table" or #v ~= shape[d] then
+      error(string.format("qgru.tensor: ragged table at %s (expected %d entries)", where, shape[d]), 4)
+    end
+    for i = 1, shape[d] do fill(v[i], d + 1, where .. "[" .. i .. "]") end
+  end
+  fill(tbl, 1, "t")
+  return (device and device ~= "cpu") and out:to(device) or out
+end
+
+-- A printable summary: shape, dtype, device and up to 8 values per row, 6 rows.
+function Tensor:__tostring()
+  if self.t == nil then return "qgru.Tensor (freed)" end
+  local s = self:shape()
+  local head = string.format("qgru.Tensor %s %s %s", shape_str(s), self:dtype(), self:device())
+  if self:numel() == 0 then return head end
+  local src = self:device() == "cpu" and self or self:to("cpu")
+  local p, cols = src:ptr(), s[#s]
+  local rows = self:numel() / cols
+  local isfloat = self:dtype() == "f32" or self:dtype() == "f64"
+  local lines = { head }
+  for r = 0, math.min(rows, 6) - 1 do
+    local vals = {}
+    for c = 0, math.min(cols, 8) - 1 do
+      local v = tonumber(p[r * cols + c])
+      vals[#vals + 1] = isfloat and string.format("%.4g", v) or tostring(v)
+    end
+    if cols > 8 then vals[#vals + 1] = "..." end
+    lines[#lines + 1] = "  " .. table.concat(vals, " ")
+  end
+  if rows > 6 then lines[#lines + 1] = string.format("  ... (%d rows)", rows) end
+  return table.concat(lines, "\n")
+end
+
+return Tensor

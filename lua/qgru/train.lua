@@ -1,0 +1,188 @@
+-- train.lua: the training engine (torchnet style): a loop over epochs and batches with named
+-- hooks, a progress line, evaluation, a NaN guard, checkpoints and resume.
+--
+--   local engine = train.Engine{model = m, criterion = c, optimizer = opt}
+--   engine.hooks.onEndEpoch = function(state) ... end     -- unknown hook names are errors
+--   local state = engine:train{data = ds, batch_size = 128, epochs = 10, seed = 1,
+--                              eval = test_ds, checkpoint = "runs/x/ckpt.safetensors"}
+--   local loss, acc = engine:evaluate(test_ds, 256)
+--
+-- Hooks receive the state table: epoch, step (global), batch (in epoch), x, y, output, loss,
+-- history (one entry per epoch), losses (every step's loss), and the engine's objects.
+local class = require("qgru.class")
+local clib = require("qgru.clib")
+local nn = require("qgru.nn")
+local serialize = require("qgru.serialize")
+
+local train = {}
+
+train.HOOKS = { "onStart", "onStartEpoch", "onSample", "onForward", "onForwardCriterion", "onBackward", "onUpdate",
+                "onLog", "onEndEpoch", "onEvaluate", "onCheckpoint", "onEnd" }
+
+local function strict_hooks()
+  local allowed = {}
+  for _, h in ipairs(train.HOOKS) do allowed[h] = true end
+  return setmetatable({}, {
+    __newindex = function(t, k, v)
+      if not allowed[k] then
+        error("qgru: unknown hook '" .. tostring(k) .. "' (hooks: " .. table.concat(train.HOOKS, ", ") .. ")", 2)
+      end
+      if v ~= nil and type(v) ~= "function" then error("qgru: hook '" .. k .. "' must be a function", 2) end
+      rawset(t, k, v)
+    end,
+  })
+end
+
+local Engine = class("train.Engine")
+train.Engine = Engine
+
+function Engine:__init(opts)
+  opts = opts or {}
+  for _, k in ipairs({ "model", "criterion" }) do
+    if not opts[k] then error("qgru: train.Engine: missing '" .. k .. "'", 3) end
+  end
+  self.model, self.criterion, self.optimizer = opts.model, opts.criterion, opts.optimizer
+  self.log = opts.log or function(line) io.write(line, "\n"); io.flush() end
+  self.hooks = strict_hooks()
+  self.classify = self.criterion:isInstanceOf(nn.CrossEntropy)
+end
+
+function Engine:_hook(name, state)
+  local h = self.hooks[name]
+  if h then h(state) end
+end
+
+-- Number of correct predictions in a batch (classification only).
+local function correct(output, y)
+  local pred = output:argmax()
+  local pp, yp, c = pred:ptr(), y:ptr(), 0
+  for i = 0, pred:numel() - 1 do if pp[i] == yp[i] then c = c + 1 end end
+  return c
+end
+
+function Engine:evaluate(ds, batch_size)
+  local was_training = self.model.train
+  self.model:evaluate()
+  local total_loss, total_correct, n = 0, 0, 0
+  for x, y in ds:batches(batch_size or 256) do
+    local out = self.model:forward(x)
+    local bs = x:size(2)
+    total_loss = total_loss + self.criterion:forward(out, y) * bs
+    if self.classify then total_correct = total_correct + correct(out, y) end
+    n = n + bs
+  end
+  if was_training then self.model:training() end
+  return total_loss / n, self.classify and total_correct / n or nil
+end
+
+local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuffle = true, eval = true,
+               eval_batch_size = true, log_every = true, checkpoint = true, checkpoint_every = true, resume = true,
+               lr_schedule = true, nan = true, max_steps = true }
+
+function Engine:train(o)
+  for k in pairs(o) do
+    if not OPTS[k] then error("qgru: Engine:train: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  if not o.data then error("qgru: Engine:train: missing 'data'", 2) end
+  if not self.optimizer then error("qgru: Engine:train: the engine has no optimizer", 2) end
+  local bs, epochs = o.batch_size or 128, o.epochs or 1
+  local nb = o.data:numBatches(bs)
+  local state = { epoch = 1, batch = 0, step = 0, history = {}, losses = {}, seed = o.seed or 0,
+                  model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
+  if o.resume then
+    local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
+    for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed" }) do
+      if saved[k] ~= nil then state[k] = saved[k] end
+    end
+    self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
+  end
+  local total_steps = epochs * nb
+  local log_every = o.log_every or math.max(1, math.floor(nb / 10))
+  local nan_policy = o.nan or "error"
+  self.model:training()
+  self:_hook("onStart", state)
+
+  local function save_checkpoint()
+    if not o.checkpoint then return end
+    serialize.saveCheckpoint(o.checkpoint, self.model, self.optimizer, {
+      epoch = state.epoch, batch = state.batch, step = state.step, history = state.history, losses = state.losses,
+      seed = state.seed })
+    self:_hook("onCheckpoint", state)
+  end
+
+  while state.epoch <= epochs do
+    self:_hook("onStartEpoch", state)
+    local t_epoch, t_win = clib.wall_time(), clib.wall_time()
+    local win_loss, win_correct, win_n, win_steps = 0, 0, 0, 0
+    local ep_loss, ep_correct, ep_n = 0, 0, 0
+    for x, y, b in o.data:batches(bs, { shuffle = o.shuffle ~= false, seed = state.seed, epoch = state.epoch, start = state.batch }) do
+      state.x, state.y = x, y
+      self:_hook("onSample", state)
+      if o.lr_schedule then self.optimizer.lr = o.lr_schedule(state.step, total_steps) end
+      local out = self.model:forward(x)
+      state.output = out
+      self:_hook("onForward", state)
+      local loss = self.criterion:forward(out, y)
+      state.loss = loss
+      self:_hook("onForwardCriterion", state)
+      local n = x:size(2)
+      if loss ~= loss or loss == math.huge or loss == -math.huge then
+        local msg = string.format("non-finite loss (%s) at epoch %d, batch %d, step %d", tostring(loss), state.epoch, b, state.step + 1)
+        if nan_policy ~= "skip" then
+          error("qgru: " .. msg .. (o.checkpoint and ("; the last checkpoint is " .. o.checkpoint) or ""), 0)
+        end
+        self.log("skipping the update: " .. msg)
+      else
+        self.model:zeroGrad()
+        self.model:backward(x, self.criterion:backward(out, y))
+        self:_hook("onBackward", state)
+        state.grad_norm = self.optimizer:step()
+        self:_hook("onUpdate", state)
+        local c = self.classify and correct(out, y) or 0
+        win_loss, win_correct, win_n, win_steps = win_loss + loss * n, win_correct + c, win_n + n, win_steps + 1
+        ep_loss, ep_correct, ep_n = ep_loss + loss * n, ep_correct + c, ep_n + n
+        state.losses[#state.losses + 1] = loss
+      end
+      state.step, state.batch = state.step + 1, b
+      if win_steps > 0 and (b % log_every == 0 or b == nb) then
+        local dt = clib.wall_time() - t_win
+        local line = string.format("epoch %d/%d  batch %d/%d  loss %.4f%s  lr %.2e  %.1f ms/step  %.0f samples/s",
+          state.epoch, epochs, b, nb, win_loss / win_n,
+          self.classify and string.format("  acc %.1f%%", 100 * win_correct / win_n) or "",
+          self.optimizer.lr, 1000 * dt / win_steps, win_n / dt)
+        state.line = line
+        self.log(line)
+        self:_hook("onLog", state)
+        t_win, win_loss, win_correct, win_n, win_steps = clib.wall_time(), 0, 0, 0, 0
+      end
+      if o.checkpoint_every and state.step % o.checkpoint_every == 0 and b < nb then save_checkpoint() end
+      if o.max_steps and state.step >= o.max_steps then break end
+    end
+    if o.max_steps and state.step >= o.max_steps and state.batch < nb then
+      save_checkpoint()
+      break
+    end
+    local rec = { epoch = state.epoch, seconds = clib.wall_time() - t_epoch }
+    if ep_n > 0 then
+      rec.train_loss = ep_loss / ep_n
+      if self.classify then rec.train_acc = ep_correct / ep_n end
+      rec.samples_per_s = ep_n / rec.seconds
+    end
+    if o.eval then
+      rec.eval_loss, rec.eval_acc = self:evaluate(o.eval, o.eval_batch_size or 256)
+      self:_hook("onEvaluate", state)
+    end
+    state.history[#state.history + 1] = rec
+    self.log(string.format("epoch %d done in %.1f s%s%s", state.epoch, rec.seconds,
+      rec.eval_loss and string.format("  eval loss %.4f", rec.eval_loss) or "",
+      rec.eval_acc and string.format("  eval acc %.2f%%", 100 * rec.eval_acc) or ""))
+    self:_hook("onEndEpoch", state)
+    state.epoch, state.batch = state.epoch + 1, 0
+    save_checkpoint()
+    if o.max_steps and state.step >= o.max_steps then break end
+  end
+  self:_hook("onEnd", state)
+  return state
+end
+
+return train
