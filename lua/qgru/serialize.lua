@@ -182,14 +182,14 @@ function M.loadCheckpoint(path, model, optimizer)
   if optimizer then
     if not oinfo then error("qgru: checkpoint '" .. path .. "' holds no optimizer state", 2) end
     ostate = { kind = oinfo.kind, scalars = oinfo.scalars, tensors = {} }
+    if oinfo.kind ~= optimizer.name then
+      error(string.format("qgru: checkpoint '%s' holds %s state, the optimizer is %s (nothing was loaded)", path, tostring(oinfo.kind), optimizer.name), 2)
+    end
     for n, t in pairs(optimizer:state().tensors) do
       local e = f.entries["optim." .. n]
       if not e or not t:sameShape(e.shape) then
         error("qgru: checkpoint '" .. path .. "': optimizer tensor " .. n .. " is missing or has another shape (nothing was loaded)", 2)
       end
-    end
-    if oinfo.kind ~= optimizer.name then
-      error(string.format("qgru: checkpoint '%s' holds %s state, the optimizer is %s (nothing was loaded)", path, tostring(oinfo.kind), optimizer.name), 2)
     end
     for n in pairs(optimizer:state().tensors) do ostate.tensors[n] = f:read("optim." .. n) end
   end

@@ -1,0 +1,90 @@
+-- tensor_spec.lua: Tensor basics against hand-computed values, printing, ownership, the API
+-- header contract, and (tagged gpu) CUDA memory: cpu <-> cuda copies. GPU tests are skipped with
+-- a clear line where there is no CUDA device.
+local qgru = require("qgru")
+local clib = require("qgru.clib")
+local Tensor = qgru.Tensor
+
+describe("Tensor", function()
+  it("creates, views, copies and converts", function()
+    local t = qgru.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+    assert.are.same({ 2, 3 }, t:shape())
+    assert.are.equal("f32", t:dtype())
+    assert.are.equal("cpu", t:device())
+    assert.are.same({ 4, 5, 6 }, t:select(2):totable())
+    assert.are.same({ { 1, 4 }, { 2, 5 }, { 3, 6 } }, t:transpose01():totable())
+    assert.are.equal(91, t:sumsq())
+    local v = t:narrow(2, 1)
+    v:fill(7)
+    assert.are.same({ { 1, 2, 3 }, { 7, 7, 7 } }, t:totable())   -- views share memory
+    local i = t:to("i64")
+    assert.are.equal("i64", i:dtype())
+    assert.are.same({ { 1, 2, 3 }, { 7, 7, 7 } }, i:totable())
+    assert.are.same({ 2, 0 }, qgru.tensor({ { 0, 1, 5 }, { 9, 2, 3 } }):argmax():totable())   -- 0-based
+    local c = t:clone():add(2, t):mul(0.5)
+    assert.are.same({ { 1.5, 3, 4.5 }, { 10.5, 10.5, 10.5 } }, c:totable())
+  end)
+  it("prints shape, dtype, device and truncated values", function()
+    local s = tostring(qgru.zeros({ 10, 20 }))
+    assert.is_truthy(s:find("qgru.Tensor [10, 20] f32 cpu", 1, true))
+    assert.is_truthy(s:find("...", 1, true))
+    assert.is_truthy(s:find("(10 rows)", 1, true))
+  end)
+  it("free() is idempotent and use after free is an error", function()
+    local t = qgru.zeros({ 3 })
+    t:free(); t:free()
+    assert.raises_match(function() t:numel() end, "use after :free()")
+    assert.are.equal("qgru.Tensor (freed)", tostring(t))
+  end)
+  it("same seed draws the same numbers; uniform stays in range", function()
+    qgru.seed(5); local a = qgru.rand({ 1000 }):totable()
+    qgru.seed(5); local b = qgru.rand({ 1000 }):totable()
+    assert.are.same(a, b)
+    for _, v in ipairs(a) do assert.is_true(v >= 0 and v < 1) end
+    local n = qgru.randn({ 20000 })
+    local mean = 0
+    for _, v in ipairs(n:totable()) do mean = mean + v end
+    mean = mean / 20000
+    assert.is_true(math.abs(mean) < 0.05 and math.abs(n:sumsq() / 20000 - 1) < 0.05)
+  end)
+  it("the library's ABI matches the header and sizes agree", function()
+    assert.are.equal(clib.lib.QGRU_ABI_VERSION, clib.lib.qgru_abi_version())
+    assert.are.equal(4, clib.lib.qg_dtype_size(clib.lib.QG_F32))
+    assert.are.equal(8, clib.lib.qg_dtype_size(clib.lib.QG_I64))
+  end)
+end)
+
+describe("CUDA tensors #gpu", function()
+  local has = qgru.cudaAvailable()
+  if not has then
+    it("skipped: no CUDA device (libqgru " .. (clib.lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
+      pending("no CUDA device")
+    end)
+    it("a cuda tensor without a device is a clear error", function()
+      assert.raises_match(function() qgru.zeros({ 2 }, "f32", "cuda") end, "cannot create a cuda context")
+    end)
+    return
+  end
+  it("copies cpu -> cuda -> cpu exactly, for every dtype", function()
+    for _, dt in ipairs({ "f32", "f64", "i8", "u8", "i16", "i32", "i64" }) do
+      local a = qgru.tensor({ { 1, 2, 3 }, { 4, 5, 126 } }, dt, "cpu")
+      local g = a:to("cuda")
+      assert.are.equal("cuda", g:device())
+      local g2 = g:clone()                         -- device to device
+      assert.are.same(a:totable(), g2:to("cpu"):totable())
+    end
+  end)
+  it("fill, zero, views and random init on the device match the host", function()
+    local g = qgru.zeros({ 4, 5 }, "f32", "cuda"):fill(2.5)
+    assert.are.same({ 2.5, 2.5, 2.5, 2.5, 2.5 }, g:select(3):to("cpu"):totable())
+    qgru.seed(9); local c = qgru.rand({ 100 }, "f32", "cpu"):totable()
+    qgru.seed(9); local d = qgru.rand({ 100 }, "f32", "cuda"):to("cpu"):totable()
+    assert.are.same(c, d)
+  end)
+  it("model:to('cuda') moves parameters; compute is CPU-only in this build, with a clear error", function()
+    local m = qgru.nn.Sequential():add(qgru.nn.GRU(3, 4)):add(qgru.nn.Last()):add(qgru.nn.Linear(4, 2))
+    m:to("cuda")
+    assert.are.equal("cuda", m.modules[1].weights[0][0].W:device())
+    assert.raises_match(function() m:forward(qgru.zeros({ 2, 2, 3 }, "f32", "cuda")) end, "not in this build yet")
+  end)
+end)
