@@ -53,6 +53,7 @@ local state = engine:train{
   data = trainset, batch_size = opt.batch_size, epochs = opt.epochs, seed = opt.seed, eval = testset,
   checkpoint = run_dir .. "/checkpoint.safetensors", resume = opt.resume ~= "" and opt.resume or nil,
   lr_schedule = function(step, total) return optim.cosine(opt.lr, step, total, 0.01) end,
+  options = opt,
 }
 local wall = qgru.wallTime() - t0
 

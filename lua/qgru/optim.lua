@@ -97,7 +97,9 @@ function Adam:state()
     tensors["exp_avg." .. p.name] = self.m[i]
     tensors["exp_avg_sq." .. p.name] = self.v[i]
   end
-  return { kind = self.name, scalars = { t = self.t, lr = self.lr }, tensors = tensors }
+  return { kind = self.name, tensors = tensors,
+           scalars = { t = self.t, lr = self.lr, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
+                       weight_decay = self.weight_decay, clip = self.clip } }
 end
 
 function optim.Adam(model, opts) return Adam.new(model, opts, false) end
@@ -141,12 +143,16 @@ function SGD:state()
   for i, p in ipairs(self.params) do
     if self.buf[i] then tensors["momentum." .. p.name] = self.buf[i] end
   end
-  return { kind = "SGD", scalars = { t = self.t, lr = self.lr }, tensors = tensors }
+  return { kind = "SGD", tensors = tensors,
+           scalars = { t = self.t, lr = self.lr, momentum = self.momentum, dampening = self.dampening,
+                       weight_decay = self.weight_decay, nesterov = self.nesterov, clip = self.clip } }
 end
 
 function optim.SGD(model, opts) return SGD.new(model, opts) end
 
--- Restores a state() table. Everything is checked before anything is copied.
+-- Restores a state() table: the moment tensors, the step count and the learning rate (the other
+-- hyperparameters are recorded in checkpoints but stay as constructed). Everything is checked
+-- before anything is copied.
 local function load_state(self, st)
   if type(st) ~= "table" or st.kind ~= self.name then
     error(string.format("qgru: optim.%s: state is for %s", self.name, type(st) == "table" and tostring(st.kind) or type(st)), 2)

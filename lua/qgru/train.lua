@@ -9,6 +9,8 @@
 --
 -- Hooks receive the state table: epoch, step (global), batch (in epoch), x, y, output, loss,
 -- history (one entry per epoch), losses (every step's loss), and the engine's objects.
+-- Checkpoints hold the model, the optimizer state, the RNG, the position in the data and the
+-- caller's `options` table (a recipe passes its command-line options), restored as state.options.
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local nn = require("qgru.nn")
@@ -77,7 +79,7 @@ end
 
 local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuffle = true, eval = true,
                eval_batch_size = true, log_every = true, checkpoint = true, checkpoint_every = true, resume = true,
-               lr_schedule = true, nan = true, max_steps = true }
+               lr_schedule = true, nan = true, max_steps = true, options = true }
 
 function Engine:train(o)
   for k in pairs(o) do
@@ -91,7 +93,11 @@ function Engine:train(o)
                   model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
   if o.resume then
     local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
-    for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed" }) do
+    if saved.batch_size and saved.batch_size ~= bs then
+      error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
+                          o.resume, saved.batch_size, bs), 2)
+    end
+    for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
       if saved[k] ~= nil then state[k] = saved[k] end
     end
     self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
@@ -106,7 +112,7 @@ function Engine:train(o)
     if not o.checkpoint then return end
     serialize.saveCheckpoint(o.checkpoint, self.model, self.optimizer, {
       epoch = state.epoch, batch = state.batch, step = state.step, history = state.history, losses = state.losses,
-      seed = state.seed })
+      seed = state.seed, options = o.options, batch_size = bs, epochs = epochs })
     self:_hook("onCheckpoint", state)
   end
 

@@ -7,7 +7,7 @@ local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
 local Tensor = require("qgru.tensor")
 
-local ffi, lib, check = clib.ffi, clib.lib, clib.check
+local ffi, lib = clib.ffi, clib.lib
 
 local Criterion = class("nn.Criterion", Module)
 
@@ -33,7 +33,7 @@ end
 function CrossEntropy:updateOutput(input, target)
   self:_check(input, target)
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_cross_entropy(ctx, loss_buf, nil, input.t, target.t, 1.0))
+  self:ccall(ctx, lib.qg_cross_entropy(ctx, loss_buf, nil, input.t, target.t, 1.0))
   self.output = loss_buf[0]
   return self.output
 end
@@ -42,7 +42,7 @@ function CrossEntropy:updateGradInput(input, target)
   local s = self:_check(input, target)
   self.gradInput = self:buffer("_gin", s, input:device())
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_cross_entropy(ctx, loss_buf, self.gradInput.t, input.t, target.t, 1.0))
+  self:ccall(ctx, lib.qg_cross_entropy(ctx, loss_buf, self.gradInput.t, input.t, target.t, 1.0))
   return self.gradInput
 end
 
@@ -54,7 +54,7 @@ function MSE:updateOutput(input, target)
   self:checkInput(input, input:shape(), nil, "input")
   self:checkInput(target, input:shape(), nil, "target")
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_mse(ctx, loss_buf, nil, input.t, target.t, 1.0))
+  self:ccall(ctx, lib.qg_mse(ctx, loss_buf, nil, input.t, target.t, 1.0))
   self.output = loss_buf[0]
   return self.output
 end
@@ -63,7 +63,7 @@ function MSE:updateGradInput(input, target)
   self:checkInput(target, input:shape(), nil, "target")
   self.gradInput = self:buffer("_gin", input:shape(), input:device())
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_mse(ctx, loss_buf, self.gradInput.t, input.t, target.t, 1.0))
+  self:ccall(ctx, lib.qg_mse(ctx, loss_buf, self.gradInput.t, input.t, target.t, 1.0))
   return self.gradInput
 end
 

@@ -15,7 +15,7 @@ local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
 local Tensor = require("qgru.tensor")
 
-local lib, check = clib.lib, clib.check
+local lib = clib.lib
 
 local GRU = class("nn.GRU", Module)
 
@@ -126,7 +126,7 @@ function GRU:updateOutput(input)
       self._hs[key], self._gates[key] = hs, gates
       local w = self.weights[l][d]
       local h0v = h0 and h0:select(key + 1) or nil
-      check(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
+      self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
                                     w.bx.t, w.br.t, h0v and h0v.t or nil, d))
     end
     inp = y
@@ -170,7 +170,7 @@ function GRU:_backward(input, gradOutput, scale)
       local key = l * D + d
       local w, g = self.weights[l][d], self.grads[l][d]
       local dh0v = dh0 and dh0:select(key + 1) or nil
-      check(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil,
+      self:ccall(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil,
                                      dyl.t, d * H, nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
     end
   end

@@ -5,7 +5,7 @@ local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
 local Tensor = require("qgru.tensor")
 
-local lib, check = clib.lib, clib.check
+local lib = clib.lib
 
 local Linear = class("nn.Linear", Module)
 
@@ -65,7 +65,7 @@ function Linear:updateOutput(input)
   self.output = self:buffer("_out", os, input:device())
   local y = #os == 2 and self.output or self.output:view({ rows, self.outputSize })
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_linear_forward(ctx, y.t, x.t, self.weight.t, self.bias and self.bias.t or nil))
+  self:ccall(ctx, lib.qg_linear_forward(ctx, y.t, x.t, self.weight.t, self.bias and self.bias.t or nil))
   return self.output
 end
 
@@ -82,7 +82,7 @@ function Linear:updateGradInput(input, gradOutput)
   self.gradInput = self:buffer("_gin", s, input:device())
   local dx = #s == 2 and self.gradInput or self.gradInput:view({ rows, self.inputSize })
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_linear_backward(ctx, dx.t, nil, nil, dy.t, x.t, self.weight.t))
+  self:ccall(ctx, lib.qg_linear_backward(ctx, dx.t, nil, nil, dy.t, x.t, self.weight.t))
   return self.gradInput
 end
 
@@ -93,7 +93,7 @@ function Linear:accGradParameters(input, gradOutput, scale)
     dy = self:buffer("_dy_scaled", dy:shape(), dy:device()):copy(dy):mul(scale)
   end
   local ctx = clib.context(input:device())
-  check(ctx, lib.qg_linear_backward(ctx, nil, self.gradWeight.t, self.bias and self.gradBias.t or nil, dy.t, x.t, self.weight.t))
+  self:ccall(ctx, lib.qg_linear_backward(ctx, nil, self.gradWeight.t, self.bias and self.gradBias.t or nil, dy.t, x.t, self.weight.t))
 end
 
 function Linear:clearState()

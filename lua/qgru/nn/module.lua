@@ -3,6 +3,7 @@
 -- Parameters are listed by name (namedParameters), so optimizers, checkpoints and the quantizer
 -- see the same names. Every module knows its path in the model tree for error messages.
 local class = require("qgru.class")
+local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
 
 local Module = class("nn.Module")
@@ -20,6 +21,11 @@ function Module:setPath(p) self._path = p end
 -- Raises an error that names the module path; level counts from the caller of fail.
 function Module:fail(fmt, ...)
   error("qgru: " .. self:path() .. ": " .. string.format(fmt, ...), 0)
+end
+
+-- Turns a failing C status into an error naming this module and the C function's message.
+function Module:ccall(ctx, status)
+  if status ~= clib.lib.QG_OK then self:fail("%s", clib.ffi.string(clib.lib.qg_last_error(ctx))) end
 end
 
 -- Checks an input tensor's dtype and shape. shape may contain false for "any size"; names
