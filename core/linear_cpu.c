@@ -11,16 +11,26 @@ static qg_status check_f32_cpu(qg_ctx *ctx, const char *fn, const char *arg, con
   return QG_OK;
 }
 
+/* Checks W [O, In], x [N, In], the output-shaped tensor y [N, O] and the bias-shaped b [O] (may be
+ * NULL); fills N, O, In. */
+static qg_status check_linear(qg_ctx *ctx, const char *fn, const char *yname, const qg_tensor *y, const char *bname,
+                              const qg_tensor *b, const qg_tensor *x, const qg_tensor *W, int64_t *N, int64_t *O, int64_t *In) {
+  QG_CHECK(check_f32_cpu(ctx, fn, "W", W, 2, NULL));
+  *O = W->dims[0]; *In = W->dims[1];
+  int64_t xd[2] = {-1, *In};
+  QG_CHECK(check_f32_cpu(ctx, fn, "x", x, 2, xd));
+  *N = x->dims[0];
+  int64_t yd[2] = {*N, *O}, bd[1] = {*O};
+  QG_CHECK(check_f32_cpu(ctx, fn, yname, y, 2, yd));
+  if (b) QG_CHECK(check_f32_cpu(ctx, fn, bname, b, 1, bd));
+  return QG_OK;
+}
+
 qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b) {
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
-  QG_CHECK(check_f32_cpu(ctx, fn, "W", W, 2, NULL));
-  int64_t O = W->dims[0], In = W->dims[1];
-  int64_t xd[2] = {-1, In};
-  QG_CHECK(check_f32_cpu(ctx, fn, "x", x, 2, xd));
-  int64_t N = x->dims[0], yd[2] = {N, O}, bd[1] = {O};
-  QG_CHECK(check_f32_cpu(ctx, fn, "y", y, 2, yd));
-  if (b) QG_CHECK(check_f32_cpu(ctx, fn, "b", b, 1, bd));
+  int64_t N, O, In;
+  QG_CHECK(check_linear(ctx, fn, "y", y, "b", b, x, W, &N, &O, &In));
   float *yp = (float *)y->data;
   if (b) {
     const float *bp = (const float *)b->data;
@@ -38,15 +48,10 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
                              const qg_tensor *dy, const qg_tensor *x, const qg_tensor *W) {
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
-  QG_CHECK(check_f32_cpu(ctx, fn, "W", W, 2, NULL));
-  int64_t O = W->dims[0], In = W->dims[1];
-  int64_t xd[2] = {-1, In};
-  QG_CHECK(check_f32_cpu(ctx, fn, "x", x, 2, xd));
-  int64_t N = x->dims[0], yd[2] = {N, O}, bd[1] = {O};
-  QG_CHECK(check_f32_cpu(ctx, fn, "dy", dy, 2, yd));
+  int64_t N, O, In;
+  QG_CHECK(check_linear(ctx, fn, "dy", dy, "db", db, x, W, &N, &O, &In));
   if (dW) QG_CHECK(check_f32_cpu(ctx, fn, "dW", dW, 2, W->dims));
   if (dx) QG_CHECK(check_f32_cpu(ctx, fn, "dx", dx, 2, x->dims));
-  if (db) QG_CHECK(check_f32_cpu(ctx, fn, "db", db, 1, bd));
   const float *dyp = (const float *)dy->data;
   if (N > 0 && O > 0 && In > 0) {
     if (dx)
