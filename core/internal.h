@@ -52,6 +52,9 @@ void qg_rng_seed_state(uint64_t s[4], uint64_t seed);
 
 int64_t qg_tensor_bytes(const qg_tensor *t);
 
+/* Validates one quantizer: bitwidth 1..32, |e| <= 31, zero point on the grid. */
+qg_status qg_check_qspec(qg_ctx *ctx, const char *fn, const char *what, int bitwidth, int is_unsigned, int e, int z);
+
 /* ---- device interface (kernels/device.cu or core/device_none.c) ---- */
 int qg_dev_available(void);               /* built with CUDA */
 int qg_dev_count(void);

@@ -38,7 +38,7 @@ extern "C" {
 
 /* QGRU_CDEF_BEGIN */
 
-enum { QGRU_ABI_VERSION = 1 };
+enum { QGRU_ABI_VERSION = 2 };
 enum { QG_MAX_DIMS = 4 };
 
 typedef enum {
@@ -217,6 +217,137 @@ void qg_st_writer_free(qg_st_writer *w);                          /* NULL is all
 qg_status qg_st_writer_add(qg_ctx *ctx, qg_st_writer *w, const char *name, const qg_tensor *t);
 qg_status qg_st_writer_metadata(qg_ctx *ctx, qg_st_writer *w, const char *key, const char *value);
 qg_status qg_st_writer_save(qg_ctx *ctx, qg_st_writer *w, const char *path);
+
+/* ---- quantization (../shared/QUANT_SPEC.md) ------------------------------------------------
+ * quant(x) = clamp(rne(x * 2^e) + z, qmin, qmax), deq(q) = (q - z) * 2^-e, rne = round half to
+ * even. Grids: signed [-2^(b-1), 2^(b-1) - 1], unsigned [0, 2^b - 1]; bitwidth b in 1..32,
+ * exponent e in -31..31. The activation operators of one GRU layer and direction, per tensor: */
+enum {
+  QG_Q_INPUT_X = 0, QG_Q_OUTPUT_H = 1, QG_Q_MATMUL_WX = 2, QG_Q_MATMUL_RH = 3,
+  QG_Q_Z_PRE = 4, QG_Q_R_PRE = 5, QG_Q_G_PRE = 6, QG_Q_Z_OUT = 7, QG_Q_R_OUT = 8, QG_Q_G_OUT = 9,
+  QG_Q_RRH = 10, QG_Q_OLD = 11, QG_Q_NEW = 12, QG_Q_NUM_ACT = 13
+};
+/* and per channel (3H rows, gate order z, r, g): */
+enum { QG_W_W = 0, QG_W_R = 1, QG_W_BX = 2, QG_W_BR = 3, QG_W_NUM = 4 };
+enum { QG_STATS_BINS = 2048, QG_STATS_WIDTH = 2052 };   /* stats row: min, max, lo, hi, counts[2048] */
+enum { QG_CALIB_MINMAX = 0, QG_CALIB_HISTOGRAM = 1, QG_CALIB_MSE = 2, QG_CALIB_PERCENTILE = 3 };
+
+/* One per-tensor quantizer. */
+typedef struct qg_qspec {
+  int32_t bitwidth;
+  int32_t is_unsigned;
+  int32_t exp2_inv;
+  int32_t zero_point;
+} qg_qspec;
+
+/* Everything the quantized step of one layer and direction needs besides its tensors.
+ *   act[QG_Q_*]      the 13 activation quantizers
+ *   w_bits, w_unsigned, w_exp, w_zp   per-channel weight quantizers: w_exp/w_zp are i32 [3H]
+ *   lut[0..2]        i32 tables for z_out, r_out, g_out (qg_qgru_build_lut); NULL when the
+ *                    pre-activation has more than 16 bits (then f is evaluated directly in double,
+ *                    the same function, but not integer-deployable)
+ * The caller keeps every tensor alive while the struct is in use. */
+typedef struct qg_qgru_params {
+  qg_qspec act[13];
+  int32_t w_bits[4];
+  int32_t w_unsigned[4];
+  const qg_tensor *w_exp[4];
+  const qg_tensor *w_zp[4];
+  const qg_tensor *lut[3];
+} qg_qgru_params;
+
+/* Grid of a quantizer; fails for a bitwidth outside 1..32. */
+qg_status qg_quant_grid(qg_ctx *ctx, int bitwidth, int is_unsigned, int64_t *qmin, int64_t *qmax);
+/* q = clamp(rne(x * 2^e) + z), *in_range = the mask M(x). */
+qg_status qg_quantize_scalar(qg_ctx *ctx, int64_t *q, int *in_range, double x, const qg_qspec *spec);
+/* Requantization of integer v held at scale 2^-s to spec (QUANT_SPEC.md section 1). */
+qg_status qg_requant_scalar(qg_ctx *ctx, int64_t *q, int *in_range, int64_t v, int s, const qg_qspec *spec);
+
+/* Fake quantization with one (e, z) per channel (rows of x [rows, cols], or elements of x [rows];
+ * exps and zps i32 [rows]) or per tensor (exps and zps of one element).
+ *   fq    f32 like x: deq(quant(x))        codes  i32 like x (or NULL)      mask  u8 like x (or NULL) */
+qg_status qg_fake_quant(qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x,
+                        const qg_tensor *exps, const qg_tensor *zps, int bitwidth, int is_unsigned);
+
+/* Activation table: lut i32 [2 * 2^bits(pre)]: lut[q - qmin(pre)] = quant_out(f(deq_pre(q))) and
+ * lut[2^bits(pre) + q - qmin(pre)] = its in-range mask; f in double; fn 0 = sigmoid, 1 = tanh.
+ * pre must have at most 16 bits. */
+qg_status qg_qgru_build_lut(qg_ctx *ctx, qg_tensor *lut, const qg_qspec *pre, const qg_qspec *out, int fn);
+
+/* Bytes of saved state per (step, batch element, hidden unit) for the STE backward:
+ * codes of z_pre, r_pre, g_pre and Rh_g + br_g (2 bytes each when all four have <= 16 bits,
+ * else 4) plus one 32-bit word of mask bits. */
+int qg_qgru_saved_bytes(const qg_qgru_params *p);
+
+/* The quantized GRU step of QUANT_SPEC.md section 3, one layer and one direction, all T steps.
+ *   y      f32 [T, N, Hy]  out: columns [y_offset, y_offset + H) get deq_h(q_h) per step
+ *   hq     i32 [T+1, N, H] out: output.h codes in processing order (hq[0] = quant_h(h0), 0 -> code of 0)
+ *   saved  u8 [T, N, H, qg_qgru_saved_bytes(p)] out, for the backward; NULL at inference
+ *   xq     i32 [T, N, C]   out: input.x codes (for the backward); NULL at inference
+ *   xmask  u8 [T, N, C]    out: input.x in-range masks; NULL at inference
+ *   stats  f64 [13, QG_STATS_WIDTH] or NULL: each operator's real value before its quantizer is
+ *          added (min, max; and counts over [lo, hi] when hi > lo; see qg_stats_*)
+ *   x f32 [T, N, C]; Wq, Rq i32 [3H, C], [3H, H] and bxq, brq i32 [3H]: weight codes (qg_fake_quant);
+ *   h0 f32 [N, H] or NULL; reverse as in qg_gru_forward.
+ * GEMMs with operands of <= 16 bits are exact (integer values in fp64, |sums| < 2^53); wider
+ * operands are simulated in double. Alignment sums use 128-bit integers. */
+qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq, qg_tensor *saved,
+                          qg_tensor *xq, qg_tensor *xmask, qg_tensor *stats,
+                          const qg_tensor *x, const qg_tensor *Wq, const qg_tensor *Rq,
+                          const qg_tensor *bxq, const qg_tensor *brq, const qg_tensor *h0,
+                          const qg_qgru_params *p, int reverse);
+/* Straight-through backward of QUANT_SPEC.md section 4 (float32).
+ *   dx [T, N, C] ACCUMULATED (masked by input.x); dW, dR, dbx, dbr ACCUMULATED (masked by the weight
+ *   masks); dh0 [N, H] OVERWRITTEN (masked by output.h on h0), or NULL; dy, y_offset, dhn as in
+ *   qg_gru_backward.  Wfq, Rfq f32: the fake-quantized weights; Wmask, Rmask, bxmask, brmask u8
+ *   (from qg_fake_quant); xq, xmask, hq, saved from the forward; h0 as given to the forward. */
+qg_status qg_qgru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                           qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
+                           const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
+                           const qg_tensor *xq, const qg_tensor *xmask, const qg_tensor *Wfq, const qg_tensor *Rfq,
+                           const qg_tensor *Wmask, const qg_tensor *Rmask, const qg_tensor *bxmask,
+                           const qg_tensor *brmask, const qg_tensor *hq, const qg_tensor *saved,
+                           const qg_tensor *h0, const qg_qgru_params *p, int reverse);
+
+/* Float GRU forward (as qg_gru_forward, no saved state) that adds every operator's float value to
+ * stats f64 [13, QG_STATS_WIDTH]: calibration pass 1 (float recurrence). */
+qg_status qg_gru_forward_stats(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *stats,
+                               const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
+                               const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse);
+
+/* ---- calibration statistics and methods (QUANT_SPEC.md section 5) ---------------------------
+ * A stats row is f64 [QG_STATS_WIDTH]: min, max, lo, hi, then 2048 counts over [lo, hi].
+ * qg_stats_reset: min = +inf, max = -inf, lo = hi = 0 (min/max mode).
+ * qg_stats_begin_histogram: lo, hi = the row's min, max (widened to include 0), counts zeroed;
+ * later additions are also counted (values outside [lo, hi] go to the edge bins).
+ * qg_stats_add: adds the values of an f32 or f64 tensor to row `row` of stats [rows, WIDTH]. */
+qg_status qg_stats_reset(qg_ctx *ctx, qg_tensor *stats);
+qg_status qg_stats_begin_histogram(qg_ctx *ctx, qg_tensor *stats);
+qg_status qg_stats_add(qg_ctx *ctx, qg_tensor *stats, int row, const qg_tensor *values);
+/* Chooses (e, z) for a quantizer from a stats row (method QG_CALIB_*; percentile in (50, 100]).
+ * *cost receives the method's cost of the choice (0 for minmax and percentile). */
+qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, double *cost,
+                           const qg_tensor *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
+                           int method, double percentile);
+/* Per-channel calibration of weights w [rows, cols] or [rows] from their values: exps, zps i32 [rows]. */
+qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
+                                int is_symmetric, int is_unsigned, int method, double percentile);
+
+/* ---- JSON (cJSON), read-only DOM for the Lua side --------------------------------------------
+ * qg_json_parse: errors give the line and column of the problem. Nodes are read with the accessors
+ * (type QG_JSON_*, key in the parent object, first child, next sibling, number, string) and live
+ * until qg_json_free(root). */
+enum { QG_JSON_NULL = 0, QG_JSON_FALSE = 1, QG_JSON_TRUE = 2, QG_JSON_NUMBER = 3, QG_JSON_STRING = 4,
+       QG_JSON_ARRAY = 5, QG_JSON_OBJECT = 6 };
+typedef struct qg_json qg_json;
+qg_status qg_json_parse(qg_ctx *ctx, qg_json **root, const char *text, int64_t length, const char *source_name);
+void qg_json_free(qg_json *root);
+int qg_json_type(const qg_json *node);
+const char *qg_json_key(const qg_json *node);
+const qg_json *qg_json_child(const qg_json *node);
+const qg_json *qg_json_next(const qg_json *node);
+double qg_json_number(const qg_json *node);
+const char *qg_json_string(const qg_json *node);
 
 /* QGRU_CDEF_END */
 

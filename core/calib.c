@@ -1,0 +1,227 @@
+/*
+ * calib.c: calibration statistics and the methods that choose a quantizer's power-of-two scale
+ * and zero point (QUANT_SPEC.md section 5): minmax, histogram (SQNR search with clipped bins
+ * weighted x3), mse (the same search, weight x1) and percentile. Per-channel calibration of
+ * weights builds one statistics row per channel from the values and runs the same methods.
+ *
+ * The search, precisely (the specs' brute-force reference follows this text):
+ *   candidates e = e_minmax .. e_minmax + 8 (within -31..31), in that order;
+ *   symmetric: z = 0; asymmetric: 21 zero points per e, from window starts
+ *   a + k (b - a) / 20, k = 0..20, where W = (qmax - qmin) 2^-e is the grid's width and
+ *   a = min(lo, hi - W), b = max(lo, hi - W) over the data range [lo, hi] (widened to include 0);
+ *   z = clamp(qmin - rne(start 2^e), qmin, qmax);
+ *   cost = sum over bins of count * w * (mid - FQ(mid))^2, w = 3 (histogram) or 1 (mse) where the
+ *   bin's midpoint is clipped (outside the grid), else 1; the lowest cost wins, a tie keeps the
+ *   earlier candidate (the wider range first).
+ */
+#include "internal.h"
+#include "quant_math.h"
+
+#include <float.h>
+#include <string.h>
+
+static qg_status check_stats(qg_ctx *ctx, const char *fn, const qg_tensor *stats) {
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats", stats, QG_F64, 2, NULL));
+  if (stats->dims[1] != QG_STATS_WIDTH)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "stats: rows must have %d entries, got %lld", QG_STATS_WIDTH, (long long)stats->dims[1]);
+  if (stats->device != QG_CPU) return qg_fail(ctx, QG_ERR_DEVICE, fn, "stats must be a cpu tensor");
+  return QG_OK;
+}
+
+static void row_reset(double *row) {
+  row[0] = INFINITY; row[1] = -INFINITY; row[2] = row[3] = 0;
+  memset(row + 4, 0, QG_STATS_BINS * sizeof(double));
+}
+
+static void row_begin_hist(double *row) {
+  double lo = row[0] < 0 ? row[0] : 0, hi = row[1] > 0 ? row[1] : 0;
+  if (!(row[0] <= row[1])) lo = hi = 0;   /* nothing seen */
+  if (hi <= lo) hi = lo + 1e-30;          /* all zeros: a tiny range keeps the counts */
+  row[2] = lo; row[3] = hi;
+  memset(row + 4, 0, QG_STATS_BINS * sizeof(double));
+}
+
+static inline void row_add(double *row, double v) {
+  if (v != v) return;
+  if (v < row[0]) row[0] = v;
+  if (v > row[1]) row[1] = v;
+  if (row[3] > row[2]) {
+    double f = (v - row[2]) / (row[3] - row[2]) * QG_STATS_BINS;
+    int b = f < 0 ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
+    row[4 + b] += 1;
+  }
+}
+
+qg_status qg_stats_reset(qg_ctx *ctx, qg_tensor *stats) {
+  if (!ctx) return QG_ERR_ARG;
+  QG_CHECK(check_stats(ctx, __func__, stats));
+  for (int64_t r = 0; r < stats->dims[0]; r++) row_reset((double *)stats->data + r * QG_STATS_WIDTH);
+  return QG_OK;
+}
+
+qg_status qg_stats_begin_histogram(qg_ctx *ctx, qg_tensor *stats) {
+  if (!ctx) return QG_ERR_ARG;
+  QG_CHECK(check_stats(ctx, __func__, stats));
+  for (int64_t r = 0; r < stats->dims[0]; r++) row_begin_hist((double *)stats->data + r * QG_STATS_WIDTH);
+  return QG_OK;
+}
+
+qg_status qg_stats_add(qg_ctx *ctx, qg_tensor *stats, int row, const qg_tensor *values) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_stats(ctx, fn, stats));
+  if (row < 0 || row >= stats->dims[0]) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)stats->dims[0]);
+  QG_CHECK(qg_check_tensor(ctx, fn, "values", values, -1, -1, NULL));
+  if (values->device != QG_CPU) return qg_fail(ctx, QG_ERR_DEVICE, fn, "values must be a cpu tensor");
+  double *rp = (double *)stats->data + (int64_t)row * QG_STATS_WIDTH;
+  if (values->dtype == QG_F32) for (int64_t i = 0; i < values->numel; i++) row_add(rp, ((const float *)values->data)[i]);
+  else if (values->dtype == QG_F64) for (int64_t i = 0; i < values->numel; i++) row_add(rp, ((const double *)values->data)[i]);
+  else return qg_fail(ctx, QG_ERR_ARG, fn, "values: expected f32 or f64, got %s", qg_dtype_name(values->dtype));
+  return QG_OK;
+}
+
+static int clamp_e(int e) { return e < -31 ? -31 : (e > 31 ? 31 : e); }
+
+static int64_t clamp_z(int64_t z, qg_qp g) { return z < g.qmin ? g.qmin : (z > g.qmax ? g.qmax : z); }
+
+/* The minmax rule on the range [lo, hi] (widened to include 0). */
+static void minmax_rule(double lo, double hi, int bits, int sym, int uns, int32_t *e, int32_t *z) {
+  if (lo > 0) lo = 0;
+  if (hi < 0) hi = 0;
+  qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  if (!(hi > lo) || (sym && uns && !(hi > 0))) { *e = clamp_e(bits - 1); *z = 0; return; }   /* degenerate */
+  if (sym) {
+    double m = uns ? hi : (hi > -lo ? hi : -lo);
+    double top = g.qmax > 0 ? (double)g.qmax : 1.0;
+    *e = clamp_e((int)floor(log2(top / m)));
+    *z = 0;
+    return;
+  }
+  int ee = clamp_e((int)floor(log2((double)(g.qmax - g.qmin) / (hi - lo))));
+  for (int tries = 0; tries < 3; tries++) {
+    int64_t zz = g.qmin - (int64_t)nearbyint(ldexp(lo, ee));
+    if ((int64_t)nearbyint(ldexp(hi, ee)) + zz > g.qmax && ee > -31) { ee--; continue; }
+    *e = ee;
+    *z = (int32_t)clamp_z(zz, g);
+    return;
+  }
+  *e = ee;
+  *z = (int32_t)clamp_z(g.qmin - (int64_t)nearbyint(ldexp(lo, ee)), g);
+}
+
+static double search_cost(const double *row, const int *nz, int nnz, qg_qp q, double clip_weight) {
+  double lo = row[2], w = (row[3] - row[2]) / QG_STATS_BINS, cost = 0;
+  for (int k = 0; k < nnz; k++) {
+    int b = nz[k];
+    double mid = lo + (b + 0.5) * w;
+    int m;
+    double fq = qg_deq(qg_quant_real(mid, q, &m), q);
+    double d = mid - fq;
+    cost += row[4 + b] * (m ? 1.0 : clip_weight) * d * d;
+  }
+  return cost;
+}
+
+/* (e, z) of one statistics row. */
+static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int bits, int sym, int uns, int method,
+                           double pct, int32_t *e, int32_t *z, double *cost) {
+  *cost = 0;
+  double lo = row[0], hi = row[1];
+  if (!(lo <= hi)) { lo = hi = 0; }   /* nothing seen: degenerate */
+  int has_hist = row[3] > row[2];
+  if (method == QG_CALIB_MINMAX) { minmax_rule(lo, hi, bits, sym, uns, e, z); return QG_OK; }
+  if (!has_hist)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "method %d needs a histogram (qg_stats_begin_histogram, then a second pass)", method);
+  double total = 0;
+  for (int b = 0; b < QG_STATS_BINS; b++) total += row[4 + b];
+  double bw = (row[3] - row[2]) / QG_STATS_BINS;
+  if (method == QG_CALIB_PERCENTILE) {
+    if (!(pct > 50 && pct <= 100)) return qg_fail(ctx, QG_ERR_ARG, fn, "percentile must be in (50, 100], got %g", pct);
+    double tail = total * (100.0 - pct) / 200.0, cum = 0;
+    int bl = 0, bh = QG_STATS_BINS - 1;
+    for (bl = 0; bl < QG_STATS_BINS; bl++) { cum += row[4 + bl]; if (cum > tail) break; }
+    cum = 0;
+    for (bh = QG_STATS_BINS - 1; bh >= 0; bh--) { cum += row[4 + bh]; if (cum > tail) break; }
+    double plo = row[2] + bl * bw, phi = row[2] + (bh + 1) * bw;
+    if (plo < lo) plo = lo;
+    if (phi > hi) phi = hi;
+    minmax_rule(plo, phi, bits, sym, uns, e, z);
+    return QG_OK;
+  }
+  if (method != QG_CALIB_HISTOGRAM && method != QG_CALIB_MSE) return qg_fail(ctx, QG_ERR_ARG, fn, "unknown method %d", method);
+  double clip_w = method == QG_CALIB_HISTOGRAM ? 3.0 : 1.0;
+  int32_t e0, z0;
+  minmax_rule(lo, hi, bits, sym, uns, &e0, &z0);
+  if (lo > 0) lo = 0;
+  if (hi < 0) hi = 0;
+  if (!(hi > lo)) { *e = e0; *z = z0; return QG_OK; }   /* degenerate */
+  int nz[QG_STATS_BINS], nnz = 0;
+  for (int b = 0; b < QG_STATS_BINS; b++) if (row[4 + b] > 0) nz[nnz++] = b;
+  qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  double best = DBL_MAX;
+  int32_t be = e0, bz = z0;
+  for (int ee = e0; ee <= e0 + 8 && ee <= 31; ee++) {
+    int64_t prev_z = INT64_MIN;
+    int nzc = sym ? 1 : 21;
+    double width = ldexp((double)(g.qmax - g.qmin), -ee);
+    double a = lo < hi - width ? lo : hi - width, b = lo < hi - width ? hi - width : lo;
+    for (int k = 0; k < nzc; k++) {
+      int64_t zz = 0;
+      if (!sym) {
+        double start = a + (b - a) * k / 20.0;
+        zz = clamp_z(g.qmin - (int64_t)nearbyint(ldexp(start, ee)), g);
+        if (zz == prev_z) continue;
+        prev_z = zz;
+      }
+      qg_qp q = qg_qp_make(bits, uns, ee, (int32_t)zz);
+      double c = search_cost(row, nz, nnz, q, clip_w);
+      if (c < best) { best = c; be = ee; bz = (int32_t)zz; }
+    }
+  }
+  *e = be; *z = bz; *cost = best;
+  return QG_OK;
+}
+
+qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, double *cost,
+                           const qg_tensor *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
+                           int method, double percentile) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!exp2_inv || !zero_point || !cost) return qg_fail(ctx, QG_ERR_ARG, fn, "NULL output");
+  QG_CHECK(check_stats(ctx, fn, stats));
+  if (row < 0 || row >= stats->dims[0]) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)stats->dims[0]);
+  if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
+  return calibrate(ctx, fn, (const double *)stats->data + (int64_t)row * QG_STATS_WIDTH, bitwidth, is_symmetric, is_unsigned,
+                   method, percentile, exp2_inv, zero_point, cost);
+}
+
+qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
+                                int is_symmetric, int is_unsigned, int method, double percentile) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(qg_check_tensor(ctx, fn, "w", w, QG_F32, -1, NULL));
+  if (w->ndim > 2) return qg_fail(ctx, QG_ERR_ARG, fn, "w must be [rows, cols] or [rows]");
+  int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1, rd[1] = {rows};
+  QG_CHECK(qg_check_tensor(ctx, fn, "exps", exps, QG_I32, 1, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "zps", zps, QG_I32, 1, rd));
+  if (w->device != QG_CPU || exps->device != QG_CPU || zps->device != QG_CPU)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "w, exps and zps must be cpu tensors");
+  if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
+  double *row;
+  QG_CHECK(qg_workspace(ctx, fn, QG_STATS_WIDTH * (int64_t)sizeof(double), (void **)&row));
+  const float *wp = (const float *)w->data;
+  int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
+  for (int64_t r = 0; r < rows; r++) {
+    row_reset(row);
+    for (int64_t c = 0; c < cols; c++) row_add(row, wp[r * cols + c]);
+    if (method != QG_CALIB_MINMAX) {
+      row_begin_hist(row);
+      for (int64_t c = 0; c < cols; c++) row_add(row, wp[r * cols + c]);
+    }
+    double cost;
+    int32_t e, z;
+    QG_CHECK(calibrate(ctx, fn, row, bitwidth, is_symmetric, is_unsigned, method, percentile, &e, &z, &cost));
+    ep[r] = e; zp[r] = z;
+  }
+  return QG_OK;
+}

@@ -1,0 +1,93 @@
+/*
+ * quant_math.h: the scalar arithmetic of QUANT_SPEC.md section 1, shared by every path that
+ * quantizes (fake quantization, the integer GRU step, activation tables, calibration), so there
+ * is one rounding rule: round half to even. Written for C and (through QG_HD) CUDA.
+ *
+ * Values being aligned or requantized are 128-bit integers (qg_i128): codes of up to 32 bits
+ * shifted left by up to 62 bits still fit, so alignment is exact for every legal exponent.
+ */
+#ifndef QGRU_QUANT_MATH_H
+#define QGRU_QUANT_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define QG_HD __host__ __device__ __forceinline__
+#else
+#define QG_HD static inline
+#endif
+
+typedef __int128 qg_i128;
+
+typedef struct {
+  int32_t e, z;
+  int64_t qmin, qmax;
+} qg_qp;   /* a resolved quantizer: exponent, zero point, grid */
+
+QG_HD qg_qp qg_qp_make(int bits, int is_unsigned, int e, int z) {
+  qg_qp q;
+  q.e = e; q.z = z;
+  if (is_unsigned) { q.qmin = 0; q.qmax = (int64_t)((((uint64_t)1) << bits) - 1); }
+  else { q.qmin = -(int64_t)(((uint64_t)1) << (bits - 1)); q.qmax = (int64_t)((((uint64_t)1) << (bits - 1)) - 1); }
+  return q;
+}
+
+/* quant(x) of a real value: clamp(rne(x * 2^e) + z). ldexp is exact; nearbyint rounds half to
+ * even in the default rounding mode. *m = the in-range mask. */
+QG_HD int64_t qg_quant_real(double x, qg_qp q, int *m) {
+  double r = nearbyint(ldexp(x, q.e)) + (double)q.z;
+  if (r < (double)q.qmin) { *m = 0; return q.qmin; }
+  if (r > (double)q.qmax) { *m = 0; return q.qmax; }
+  if (r != r) { *m = 0; return q.z; }   /* NaN: the code of zero, masked */
+  *m = 1;
+  return (int64_t)r;
+}
+
+QG_HD double qg_deq(int64_t code, qg_qp q) { return ldexp((double)(code - q.z), -q.e); }
+
+/* v / 2^k rounded half to even, k >= 1 (arithmetic on 128 bits). */
+QG_HD qg_i128 qg_rshift_rne(qg_i128 v, int k) {
+  if (k >= 126) return 0;   /* |v| < 2^100 in every caller: the quotient rounds to 0 */
+  qg_i128 fl = v >> k;      /* floor (arithmetic shift) */
+  qg_i128 rem = v - (fl << k);
+  qg_i128 half = ((qg_i128)1) << (k - 1);
+  if (rem > half || (rem == half && (fl & 1))) fl += 1;
+  return fl;
+}
+
+/* Requantization of integer v at scale 2^-s to q: k = s - e; rounding shift right or exact shift
+ * left, then + z and clamp. *m = the in-range mask. */
+QG_HD int64_t qg_requant(qg_i128 v, int s, qg_qp q, int *m) {
+  int k = s - q.e;
+  qg_i128 r;
+  if (k > 0) {
+    r = qg_rshift_rne(v, k);
+  } else {
+    int l = -k;
+    const qg_i128 limit = ((qg_i128)1) << 96;   /* anything beyond clamps either way */
+    if (v == 0) r = 0;
+    else if (l >= 96 || (v > 0 ? v : -v) >= (limit >> l)) r = v > 0 ? limit : -limit;
+    else r = v << l;
+  }
+  r += q.z;
+  if (r < q.qmin) { *m = 0; return q.qmin; }
+  if (r > q.qmax) { *m = 0; return q.qmax; }
+  *m = 1;
+  return (int64_t)r;
+}
+
+/* Requantization of a real accumulator a (held at scale 2^-s) that is not an exact integer
+ * (GEMM operands above 16 bits, simulated in double). */
+QG_HD int64_t qg_requant_real(double a, int s, qg_qp q, int *m) {
+  double r = nearbyint(ldexp(a, q.e - s)) + (double)q.z;
+  if (r < (double)q.qmin) { *m = 0; return q.qmin; }
+  if (r > (double)q.qmax) { *m = 0; return q.qmax; }
+  *m = 1;
+  return (int64_t)r;
+}
+
+/* (code - z) shifted from scale 2^-e up to the finer scale 2^-emax (emax >= e). */
+QG_HD qg_i128 qg_align(int64_t centered, int e, int emax) { return ((qg_i128)centered) << (emax - e); }
+
+#endif
