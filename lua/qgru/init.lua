@@ -15,7 +15,9 @@ local qgru = {
   train = require("qgru.train"),
   serialize = serialize,
   cli = require("qgru.cli"),
+  json = require("qgru.json"),
 }
+qgru.quant = require("qgru.quant")
 
 local device = "cpu"
 

@@ -107,6 +107,8 @@ function GRU:_timeMajor(x)
 end
 
 function GRU:updateOutput(input)
+  if self.qstate and self.qstate.enabled then return self.qstate:forward(input) end
+  self._quant_forward = false
   local x, h0 = split_input(self, input)
   local xt = self:_timeMajor(x)
   local T, N = xt:size(1), xt:size(2)
@@ -144,6 +146,7 @@ function GRU:updateOutput(input)
 end
 
 function GRU:_backward(input, gradOutput, scale)
+  if self.qstate and self.qstate.enabled then return self.qstate:backward(input, gradOutput, scale) end
   if not self._trained_forward then
     self:fail("backward needs the forward to run in training mode (call model:training() before forward)")
   end
@@ -202,7 +205,7 @@ end
 function GRU:clearState()
   for k in pairs(self) do
     if type(k) == "string" and (k:match("^_y%d") or k:match("^_hs%d") or k:match("^_gates%d") or k:match("^_dy")
-        or k:match("^_dx") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
+        or k:match("^_dx") or k:match("^_q_") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
       self[k] = nil
     end
   end
@@ -211,9 +214,10 @@ function GRU:clearState()
 end
 
 function GRU:__tostring()
+  local q = self.qstate and ("\n  " .. self.qstate:describe():gsub("\n", "\n  ")) or ""
   return string.format("nn.GRU(%d -> %d, layers=%d%s%s)  -- %d parameters", self.inputSize, self.hiddenSize, self.layers,
                        self.bidirectional and ", bidirectional" or "", self.batch_first and ", batch_first" or "",
-                       self:numParameters())
+                       self:numParameters()) .. q
 end
 
 return GRU

@@ -1,0 +1,196 @@
+-- quant/export.lua: quantization parameters out and in (QUANT_SPEC.md section 6).
+--   export(model, path, {format = "qgru"})   qgru-qparams v1 JSON: model shape, rounding rule and,
+--                                           per GRU, layer, direction and operator: bitwidth,
+--                                           is_symmetric, is_unsigned, exp2_inv (arrays per
+--                                           channel), zero_point, scale, calibrated range, method
+--   export(model, path, {format = "aimet"})  AIMET encodings 1.0.0 (activation_encodings /
+--                                           param_encodings; offset = -(z + 2^(b-1)) on signed
+--                                           grids, -z on unsigned ones)
+--   exportWeights(model, path)              integer weight codes as safetensors
+--   load(model, path)                       restores a qgru-qparams file exactly (quantizers are
+--                                           frozen: no recalibration), all-or-nothing
+local clib = require("qgru.clib")
+local json = require("qgru.json")
+local Tensor = require("qgru.tensor")
+local serialize = require("qgru.serialize")
+local config = require("qgru.quant.config")
+
+local M = {}
+
+local function grus_of(model)
+  local gs = require("qgru.quant").grus(model)
+  if #gs == 0 then error("qgru: quant.export: the model has no nn.GRU", 3) end
+  for _, g in ipairs(gs) do
+    if not g.gru.qstate then error("qgru: quant.export: call quant.prepare first", 3) end
+  end
+  return gs
+end
+
+local function module_name(g) return g.prefix == "" and "gru" or g.prefix:gsub("%.$", "") end
+
+local function op_entry(q)
+  local e, z = q:get()
+  if e == nil then error("qgru: quant.export: " .. q.name .. " is not calibrated", 4) end
+  local scale
+  if q.per_channel then
+    scale = {}
+    for i, v in ipairs(e) do scale[i] = 2 ^ -v end
+    e, z, scale = json.array(e), json.array(z), json.array(scale)
+  else
+    scale = 2 ^ -e
+  end
+  local qmin, qmax = require("qgru.quant.quantizer").grid(q.bitwidth, q.is_unsigned)
+  return json.object(
+    "bitwidth", q.bitwidth, "is_symmetric", q.is_symmetric, "is_unsigned", q.is_unsigned,
+    "granularity", q.per_channel and "channel" or "tensor",
+    "exp2_inv", e, "zero_point", z, "scale", scale, "qmin", qmin, "qmax", qmax,
+    "range", q.range and json.array({ q.range[1], q.range[2] }) or nil,
+    "method", q.method or "unknown", "fixed", q.fixed ~= nil, "pinned", q.pinned,
+    "integer_deployable", q.bitwidth <= 16 or nil)
+end
+
+local function qgru_doc(model)
+  local modules = {}
+  for _, g in ipairs(grus_of(model)) do
+    local gru, layers = g.gru, {}
+    for lq in gru.qstate:each() do
+      local ops = {}
+      local qs = lq:quantizers()
+      local order = {}
+      for _, op in ipairs(config.OPS) do order[#order + 1] = op; order[#order + 1] = op_entry(qs[op]) end
+      layers[#layers + 1] = json.object("layer", lq.l, "direction", lq.d == 0 and "fwd" or "bwd",
+                                        "operators", json.object(unpack(order)))
+      local _ = ops
+    end
+    modules[#modules + 1] = json.object(
+      "name", module_name(g), "input_size", gru.inputSize, "hidden_size", gru.hiddenSize, "layers", gru.layers,
+      "directions", gru.dirs, "gate_order", "z,r,g",
+      "disable_quantization", gru.qstate.cfg.disable_quantization,
+      "config_source", gru.qstate.cfg.source,
+      "layers_params", json.array(layers))
+  end
+  return json.object("format", "qgru-qparams", "version", 1, "rounding", "half_to_even",
+                     "scale", "2^-exp2_inv", "quantize", "clamp(rne(x * 2^exp2_inv) + zero_point, qmin, qmax)",
+                     "modules", json.array(modules))
+end
+
+local function aimet_offset(q, z) return q.is_unsigned and -z or -(z + 2 ^ (q.bitwidth - 1)) end
+
+local function aimet_doc(model)
+  local acts, params = {}, {}
+  for _, g in ipairs(grus_of(model)) do
+    for lq in g.gru.qstate:each() do
+      local qs = lq:quantizers()
+      for _, op in ipairs(config.OPS) do
+        local q = qs[op]
+        local e, z = q:get()
+        if e == nil then error("qgru: quant.export: " .. q.name .. " is not calibrated", 3) end
+        local name = module_name(g) .. "." .. lq.name .. "." .. op
+        local es = q.per_channel and e or { e }
+        local zs = q.per_channel and z or { z }
+        local scale, offset = {}, {}
+        for i = 1, #es do scale[i] = 2 ^ -es[i]; offset[i] = aimet_offset(q, zs[i]) end
+        local entry = json.object("name", name, "enc_type", q.per_channel and "PER_CHANNEL" or "PER_TENSOR", "dtype", "INT",
+                                  "bw", q.bitwidth, "is_sym", q.is_symmetric, "scale", json.array(scale),
+                                  "offset", json.array(offset), "exp2_inv", json.array({ unpack(es) }),
+                                  "zero_point", json.array({ unpack(zs) }), "is_unsigned", q.is_unsigned)
+        if config.isWeight(op) then params[#params + 1] = entry else acts[#acts + 1] = entry end
+      end
+    end
+  end
+  return json.object("version", "1.0.0", "activation_encodings", json.array(acts), "param_encodings", json.array(params),
+                     "quantizer_args", json.object("rounding", "half_to_even", "scale", "power_of_two"))
+end
+
+function M.export(model, path, opts)
+  opts = opts or {}
+  local fmt = opts.format or "qgru"
+  local doc
+  if fmt == "qgru" then doc = qgru_doc(model)
+  elseif fmt == "aimet" then doc = aimet_doc(model)
+  else error("qgru: quant.export: format must be 'qgru' or 'aimet', got " .. tostring(fmt), 2) end
+  json.write(path, doc)
+  return doc
+end
+
+-- Integer weight codes (the smallest integer dtype that holds the grid), one entry per weight:
+-- "<gru>.l0.fwd.W" etc., plus the per-channel exponents and zero points.
+function M.exportWeights(model, path)
+  local t, meta = {}, { ["qgru.kind"] = "weight-codes", ["qgru.rounding"] = "half_to_even" }
+  for _, g in ipairs(grus_of(model)) do
+    for lq in g.gru.qstate:each() do
+      lq:quantizeWeights()
+      for i, op in ipairs(config.WEIGHT_OPS) do
+        local q = lq.w[i]
+        local dt = (q.bitwidth <= 8 and (q.is_unsigned and "u8" or "i8")) or (q.bitwidth <= 16 and not q.is_unsigned and "i16") or "i32"
+        local name = module_name(g) .. "." .. lq.name .. "." .. ({ "W", "R", "bx", "br" })[i]
+        t[name] = lq.wq[i].codes:to(dt)
+        t[name .. ".exp2_inv"] = q.exps
+        t[name .. ".zero_point"] = q.zps
+      end
+    end
+  end
+  serialize.save(path, t, meta)
+end
+
+local function fail(path, where, fmt, ...)
+  error("qgru: " .. path .. ": " .. where .. ": " .. string.format(fmt, ...) .. " (the model was not changed)", 0)
+end
+
+-- Restores a qgru-qparams file. Everything is checked first; then every quantizer is set and frozen.
+function M.load(model, path)
+  local doc = json.read(path)
+  if not json.isObject(doc) or doc.format ~= "qgru-qparams" then fail(path, "$", "not a qgru-qparams document") end
+  if doc.version ~= 1 then fail(path, "$.version", "unsupported version %s (this qgru reads 1)", tostring(doc.version)) end
+  local gs = grus_of(model)
+  if not json.isArray(doc.modules) or #doc.modules ~= #gs then
+    fail(path, "$.modules", "expected %d GRU module(s), the file has %s", #gs, json.isArray(doc.modules) and #doc.modules or "none")
+  end
+  local plan = {}
+  for mi, g in ipairs(gs) do
+    local m, gru = doc.modules[mi], g.gru
+    local where = "$.modules[" .. (mi - 1) .. "]"
+    for _, k in ipairs({ { "input_size", gru.inputSize }, { "hidden_size", gru.hiddenSize }, { "layers", gru.layers }, { "directions", gru.dirs } }) do
+      if m[k[1]] ~= k[2] then fail(path, where .. "." .. k[1], "the file has %s, the model has %d", tostring(m[k[1]]), k[2]) end
+    end
+    if not json.isArray(m.layers_params) then fail(path, where .. ".layers_params", "missing") end
+    for li, lp in ipairs(m.layers_params) do
+      local lwhere = where .. ".layers_params[" .. (li - 1) .. "]"
+      local key = lp.layer * gru.dirs + (lp.direction == "bwd" and 1 or 0)
+      local lq = gru.qstate.layers[key]
+      if not lq then fail(path, lwhere, "layer %s %s does not exist in the model", tostring(lp.layer), tostring(lp.direction)) end
+      local qs = lq:quantizers()
+      for _, op in ipairs(config.OPS) do
+        local e = json.isObject(lp.operators) and lp.operators[op]
+        local owhere = lwhere .. ".operators[\"" .. op .. "\"]"
+        if not json.isObject(e) then fail(path, owhere, "missing") end
+        local q = qs[op]
+        if type(e.bitwidth) ~= "number" or e.bitwidth % 1 ~= 0 or e.bitwidth < 1 or e.bitwidth > 32 then fail(path, owhere .. ".bitwidth", "expected an integer 1..32") end
+        if type(e.is_unsigned) ~= "boolean" or type(e.is_symmetric) ~= "boolean" then fail(path, owhere, "is_symmetric and is_unsigned must be booleans") end
+        local n = q.per_channel and q.channels or 1
+        local es = q.per_channel and e.exp2_inv or { e.exp2_inv }
+        local zs = q.per_channel and e.zero_point or { e.zero_point }
+        if type(es) ~= "table" or #es ~= n or type(zs) ~= "table" or #zs ~= n then
+          fail(path, owhere, "expected %d exp2_inv and zero_point value(s)", n)
+        end
+        local qmin, qmax = require("qgru.quant.quantizer").grid(e.bitwidth, e.is_unsigned)
+        for c = 1, n do
+          if type(es[c]) ~= "number" or es[c] % 1 ~= 0 or es[c] < -31 or es[c] > 31 then fail(path, owhere .. ".exp2_inv", "exponent out of range -31..31: %s", tostring(es[c])) end
+          if type(zs[c]) ~= "number" or zs[c] % 1 ~= 0 or zs[c] < qmin or zs[c] > qmax then fail(path, owhere .. ".zero_point", "%s is outside [%d, %d]", tostring(zs[c]), qmin, qmax) end
+        end
+        plan[#plan + 1] = { q = q, e = e, es = es, zs = zs }
+      end
+    end
+  end
+  for _, p in ipairs(plan) do
+    local q, e = p.q, p.e
+    q.bitwidth, q.is_symmetric, q.is_unsigned = e.bitwidth, e.is_symmetric, e.is_unsigned
+    if q.per_channel then q:set(p.es, p.zs, { method = e.method }) else q:set(p.es[1], p.zs[1], { method = e.method }) end
+    if json.isArray(e.range) then q.range = { e.range[1], e.range[2] } end
+    q.frozen = true
+  end
+  for _, g in ipairs(gs) do g.gru:clearState() end
+  return model
+end
+
+return M
