@@ -24,8 +24,10 @@ qg_status qg_json_parse(qg_ctx *ctx, qg_json **root, const char *text, int64_t l
     }
     if (off >= length) return qg_fail(ctx, QG_ERR_FORMAT, "qg_json_parse", "%s: malformed JSON: unexpected end of input at line %lld, column %lld",
                                       src, (long long)line, (long long)col);
-    return qg_fail(ctx, QG_ERR_FORMAT, "qg_json_parse", "%s: malformed JSON at line %lld, column %lld (near '%.12s')", src,
-                   (long long)line, (long long)col, text + off);
+    int64_t n = 0;   /* quote the rest of the line, at most 20 characters */
+    while (off + n < length && n < 20 && text[off + n] != '\n' && text[off + n] != '\r') n++;
+    return qg_fail(ctx, QG_ERR_FORMAT, "qg_json_parse", "%s: malformed JSON at line %lld, column %lld (near '%.*s')", src,
+                   (long long)line, (long long)col, (int)n, text + off);
   }
   /* Trailing content after the document is an error too. */
   const char *p = end;

@@ -18,6 +18,7 @@ local qgru = {
   json = require("qgru.json"),
 }
 qgru.quant = require("qgru.quant")
+qgru.zoo = require("qgru.zoo")
 
 local device = "cpu"
 

@@ -22,6 +22,7 @@ quant.OPS = config.OPS
 quant.config = config.load
 quant.fromTable = config.fromTable
 quant.uniform = function(bits, opts) return config.uniform(bits, opts) end
+quant.describeConfig = config.describe
 
 -- The GRUs of a model with their parameter-name prefixes ("1." inside a Sequential, "" alone).
 local function grus(model)

@@ -1,0 +1,48 @@
+-- recipes/calibrate.lua: post-training quantization of a float model. Loads float weights,
+-- attaches the quantizers of a bitwidth config, calibrates on training batches, evaluates the
+-- integer model on the test set next to the float one, and exports the parameters.
+-- Writes runs/<name>/: log.txt, qparams.json, qparams.aimet.json, weight_codes.safetensors, metrics.json
+--   ./qgru recipes/calibrate.lua [--weights runs/train_float/model.safetensors] [--config config/int8.json]
+local qgru = require("qgru")
+local quant, cli, zoo, train, json = qgru.quant, qgru.cli, qgru.zoo, qgru.train, qgru.json
+
+local opt = cli.parse(arg, {
+  name = { "calibrate", "run name (folder under runs/)" },
+  weights = { "runs/train_float/model.safetensors", "float weights (from recipes/train_float.lua)" },
+  config = { "config/int8.json", "bitwidth config" },
+  method = { "histogram", "activation calibration: minmax | histogram | mse | percentile" },
+  weight_method = { "minmax", "weight calibration (per channel)" },
+  passes = { 2, "calibration passes (1 = float recurrence, 2+ = quantized recurrence)" },
+  calib_batches = { 8, "calibration batches" },
+  batch_size = { 256, "calibration and evaluation batch size" },
+  hidden = { 128, "GRU hidden size of the float model" },
+}, "recipes/calibrate.lua: post-training quantization of a float GRU")
+
+local dir, log = zoo.run(opt.name)
+log("qgru " .. qgru.VERSION .. "  recipes/calibrate.lua\n" .. cli.describe(opt))
+if not zoo.exists(opt.weights) then
+  error("qgru: no float weights at " .. opt.weights .. ": run ./qgru recipes/train_float.lua first (or pass --weights)", 0)
+end
+local trainset, testset = zoo.fmnist()
+local model = zoo.fmnistGRU(opt.hidden)
+qgru.load(model, opt.weights)
+local engine = train.Engine{ model = model, criterion = qgru.nn.CrossEntropy(), log = log }
+local _, float_acc = engine:evaluate(testset, opt.batch_size)
+log(string.format("float test accuracy %.2f%%", 100 * float_acc))
+local cfg = quant.config(opt.config)
+quant.prepare(model, cfg)
+local t0 = qgru.wallTime()
+quant.calibrate(model, trainset, { method = opt.method, weight_method = opt.weight_method, passes = opt.passes,
+                                   batches = opt.calib_batches, batch_size = opt.batch_size })
+log(string.format("calibrated (%s, %d pass%s, %d batches of %d) in %.1f s", opt.method, opt.passes, opt.passes > 1 and "es" or "",
+                  opt.calib_batches, opt.batch_size, qgru.wallTime() - t0))
+log(tostring(model))
+local _, q_acc = engine:evaluate(testset, opt.batch_size)
+log(string.format("PTQ %s test accuracy %.2f%% (float %.2f%%, delta %+.2f points)", quant.describeConfig(cfg), 100 * q_acc,
+                  100 * float_acc, 100 * (q_acc - float_acc)))
+quant.export(model, dir .. "/qparams.json")
+quant.export(model, dir .. "/qparams.aimet.json", { format = "aimet" })
+quant.exportWeights(model, dir .. "/weight_codes.safetensors")
+json.write(dir .. "/metrics.json", json.object("recipe", "calibrate", "config", opt.config, "method", opt.method,
+  "passes", opt.passes, "float_acc", float_acc, "ptq_acc", q_acc))
+log("exported " .. dir .. "/qparams.json, qparams.aimet.json, weight_codes.safetensors")
