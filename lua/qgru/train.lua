@@ -35,6 +35,12 @@ local function strict_hooks()
   })
 end
 
+-- The quantizer state of a model with quantizers (saved in checkpoints), else nil.
+local function quant_state(model)
+  local q = require("qgru.quant")
+  return #q.quantizers(model) > 0 and q.state(model) or nil
+end
+
 local Engine = class("train.Engine")
 train.Engine = Engine
 
@@ -92,7 +98,13 @@ function Engine:train(o)
   local state = { epoch = 1, batch = 0, step = 0, history = {}, losses = {}, seed = o.seed or 0,
                   model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
   if o.resume then
+    -- the quantizer state is checked against the model before anything is loaded
+    local peek = serialize.open(o.resume)
+    local pst = serialize.decode(peek.metadata["qgru.state"] or "{}", "checkpoint state")
+    peek:close()
+    if pst.quant then require("qgru.quant").checkState(self.model, pst.quant) end
     local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
+    if saved.quant then require("qgru.quant").setState(self.model, saved.quant) end
     if saved.batch_size and saved.batch_size ~= bs then
       error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
                           o.resume, saved.batch_size, bs), 2)
@@ -112,7 +124,7 @@ function Engine:train(o)
     if not o.checkpoint then return end
     serialize.saveCheckpoint(o.checkpoint, self.model, self.optimizer, {
       epoch = state.epoch, batch = state.batch, step = state.step, history = state.history, losses = state.losses,
-      seed = state.seed, options = o.options, batch_size = bs, epochs = epochs })
+      seed = state.seed, options = o.options, batch_size = bs, epochs = epochs, quant = quant_state(self.model) })
     self:_hook("onCheckpoint", state)
   end
 

@@ -200,6 +200,66 @@ function quant.calibrate(model, data, opts)
   return report
 end
 
+-- The complete quantizer state of a model as plain Lua values (for checkpoints), and back.
+-- setState checks everything against the model before it changes anything.
+function quant.state(model)
+  local out = {}
+  for i, g in ipairs(grus(model)) do
+    local st = g.gru.qstate
+    if st then
+      local m = { enabled = st.enabled, track_weights = st.track_weights, weight_method = st.weight_method, layers = {} }
+      for lq in st:each() do
+        local ops = {}
+        for op, q in pairs(lq:quantizers()) do
+          local e, z = q:get()
+          ops[op] = { bitwidth = q.bitwidth, is_symmetric = q.is_symmetric, is_unsigned = q.is_unsigned, e = e, z = z,
+                      calibrated = q.calibrated, frozen = q.frozen, pinned = q.pinned, method = q.method, range = q.range }
+        end
+        m.layers[lq.key + 1] = ops
+      end
+      out[i] = m
+    end
+  end
+  return out
+end
+
+function quant.checkState(model, state)
+  local list = grus(model)
+  local function bad(msg) error("qgru: quantizer state does not match the model (nothing was loaded): " .. msg, 3) end
+  for i, m in pairs(state) do
+    local g = list[i]
+    if not g or not g.gru.qstate then bad("GRU " .. i .. " has no quantizers (call quant.prepare first)") end
+    for key, ops in pairs(m.layers) do
+      local lq = g.gru.qstate.layers[key - 1]
+      if not lq then bad("GRU " .. i .. " has no layer/direction " .. (key - 1)) end
+      for op, e in pairs(ops) do
+        local q = lq:quantizers()[op]
+        if not q then bad("unknown operator " .. tostring(op)) end
+        if q.per_channel and e.calibrated and #e.e ~= q.channels then bad(q.name .. " has " .. q.channels .. " channels, the state " .. #e.e) end
+      end
+    end
+  end
+end
+
+function quant.setState(model, state)
+  quant.checkState(model, state)
+  local list = grus(model)
+  for i, m in pairs(state) do
+    local st = list[i].gru.qstate
+    st.enabled, st.track_weights, st.weight_method = m.enabled, m.track_weights, m.weight_method
+    for key, ops in pairs(m.layers) do
+      local qs = st.layers[key - 1]:quantizers()
+      for op, e in pairs(ops) do
+        local q = qs[op]
+        q.bitwidth, q.is_symmetric, q.is_unsigned = e.bitwidth, e.is_symmetric, e.is_unsigned
+        if e.calibrated then q:set(e.e, e.z, { method = e.method, range = e.range }) else q.calibrated = false end
+        q.frozen, q.pinned = e.frozen, e.pinned
+      end
+    end
+    list[i].gru:clearState()
+  end
+end
+
 local export = require("qgru.quant.export")
 quant.export = export.export
 quant.load = export.load
