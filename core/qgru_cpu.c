@@ -349,6 +349,22 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
 
 static inline float sigmoid_d(double v) { return (float)(1.0 / (1.0 + exp(-v))); }
 
+/* For activation k (0 z, 1 r, 2 g) and every pre-activation code q (pre of <= 16 bits): the
+ * dequantized output deq_out(act(q)) and the derivative of f at deq_pre(q) (s(1-s) or 1-t^2),
+ * so the backward's inner loop does no transcendental math. val and der hold 2^bits floats. */
+static void act_tables(const qres *r, int k, float *val, float *der) {
+  static const int pre_of[3] = {QG_Q_Z_PRE, QG_Q_R_PRE, QG_Q_G_PRE}, out_of[3] = {QG_Q_Z_OUT, QG_Q_R_OUT, QG_Q_G_OUT};
+  const qg_qp P = r->a[pre_of[k]], O = r->a[out_of[k]];
+  const int64_t n = (int64_t)1 << r->bits[pre_of[k]];
+  for (int64_t i = 0; i < n; i++) {
+    int m;
+    const double v = qg_deq(P.qmin + i, P);
+    val[i] = (float)qg_deq(act_out(r, k, P.qmin + i, &m), O);
+    if (k < 2) { const float sg = sigmoid_d(v); der[i] = sg * (1.0f - sg); }
+    else { const float t = (float)tanh(v); der[i] = 1.0f - t * t; }
+  }
+}
+
 qg_status qg_qgru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                            qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
                            const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
@@ -392,14 +408,26 @@ qg_status qg_qgru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor 
   QG_CHECK(check_cpu(ctx, fn, all, 19));
 
   /* workspace floats: dp [TN, 3H], dq [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
-   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
-  int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H], activation tables (values, derivatives) for z, r, g;
+   * doubles dbx~, dbr~ [3H] */
+  int use_tab = r.bits[QG_Q_Z_PRE] <= 16 && r.bits[QG_Q_R_PRE] <= 16 && r.bits[QG_Q_G_PRE] <= 16;
+  int64_t ntab = use_tab ? 2 * (((int64_t)1 << r.bits[QG_Q_Z_PRE]) + ((int64_t)1 << r.bits[QG_Q_R_PRE]) + ((int64_t)1 << r.bits[QG_Q_G_PRE])) : 0;
+  int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H + ntab;
   float *ws;
   QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
   float *dp = ws, *dq = dp + TN * H3, *dh = dq + TN * H3, *dh_next = dh + N * H, *Xf = dh_next + N * H, *Hf = Xf + TN * C;
   float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
-  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
+  float *tab = tmpR + H3 * H, *tval[3] = {NULL, NULL, NULL}, *tder[3] = {NULL, NULL, NULL};
+  if (use_tab) {
+    for (int k = 0; k < 3; k++) {
+      int64_t n = (int64_t)1 << r.bits[k == 0 ? QG_Q_Z_PRE : (k == 1 ? QG_Q_R_PRE : QG_Q_G_PRE)];
+      tval[k] = tab; tder[k] = tab + n; tab += 2 * n;
+      act_tables(&r, k, tval[k], tder[k]);
+    }
+  }
+  double *sbx = (double *)(((uintptr_t)tab + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
   memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
+  const double sh = ldexp(1.0, -r.a[QG_Q_OUTPUT_H].e), srhb = ldexp(1.0, -r.a[QG_Q_MATMUL_RH].e);
 
   const qg_qp QX = r.a[QG_Q_INPUT_X], QH = r.a[QG_Q_OUTPUT_H], QRH = r.a[QG_Q_MATMUL_RH];
   const qg_qp QZP = r.a[QG_Q_Z_PRE], QRP = r.a[QG_Q_R_PRE], QGP = r.a[QG_Q_G_PRE];
@@ -420,26 +448,34 @@ qg_status qg_qgru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor 
         int64_t qzpre, qrpre, qgpre, qrhb;
         uint32_t mk;
         load_unit(sp + ((s * N + n) * H + i) * r.saved_bytes, &r, &qzpre, &qrpre, &qgpre, &qrhb, &mk);
-        int m;
-        const float z = (float)qg_deq(act_out(&r, 0, qzpre, &m), QZ);
-        const float rr = (float)qg_deq(act_out(&r, 1, qrpre, &m), QR);
-        const float g = (float)qg_deq(act_out(&r, 2, qgpre, &m), QG);
-        const float hp = (float)qg_deq(hprev[n * H + i], QH);
-        const float rhb = (float)qg_deq(qrhb, QRH);
+        float z, rr, g, dsz, dsr, dtg;
+        if (use_tab) {
+          const int64_t iz = qzpre - QZP.qmin, ir = qrpre - QRP.qmin, ig = qgpre - QGP.qmin;
+          z = tval[0][iz]; rr = tval[1][ir]; g = tval[2][ig];
+          dsz = tder[0][iz]; dsr = tder[1][ir]; dtg = tder[2][ig];
+        } else {
+          int m;
+          z = (float)qg_deq(act_out(&r, 0, qzpre, &m), QZ);
+          rr = (float)qg_deq(act_out(&r, 1, qrpre, &m), QR);
+          g = (float)qg_deq(act_out(&r, 2, qgpre, &m), QG);
+          const float sz = sigmoid_d(qg_deq(qzpre, QZP)), sr = sigmoid_d(qg_deq(qrpre, QRP));
+          const float tg = (float)tanh(qg_deq(qgpre, QGP));
+          dsz = sz * (1.0f - sz); dsr = sr * (1.0f - sr); dtg = 1.0f - tg * tg;
+        }
+        const float hp = (float)((double)((int64_t)hprev[n * H + i] - QH.z) * sh);
+        const float rhb = (float)((double)(qrhb - QRH.z) * srhb);
 #define MB(b) ((float)((mk >> (b)) & 1u))
         const float dH = dh[n * H + i] + (dyp ? dyp[(t * N + n) * Hy + y_offset + i] : 0.0f);
         const float d = dH * MB(MB_H);
         const float dold = d * MB(MB_OLD), dnew = d * MB(MB_NEW);
         const float dz = dold * hp - dnew * g;
         const float dg = dnew * (1.0f - z);
-        const float tg = (float)tanh(qg_deq(qgpre, QGP));
-        const float dgpre = dg * MB(MB_GOUT) * (1.0f - tg * tg) * MB(MB_GPRE);
+        const float dgpre = dg * MB(MB_GOUT) * dtg * MB(MB_GPRE);
         const float drrh = dgpre * MB(MB_RRH);
         const float dr = drrh * rhb;
         const float drhb = drrh * rr * MB(MB_RHB);
-        const float sz = sigmoid_d(qg_deq(qzpre, QZP)), sr = sigmoid_d(qg_deq(qrpre, QRP));
-        const float dzpre = dz * MB(MB_ZOUT) * sz * (1.0f - sz) * MB(MB_ZPRE);
-        const float drpre = dr * MB(MB_ROUT) * sr * (1.0f - sr) * MB(MB_RPRE);
+        const float dzpre = dz * MB(MB_ZOUT) * dsz * MB(MB_ZPRE);
+        const float drpre = dr * MB(MB_ROUT) * dsr * MB(MB_RPRE);
         dpr[i] = dzpre * MB(MB_WX_Z); dpr[H + i] = drpre * MB(MB_WX_R); dpr[2 * H + i] = dgpre * MB(MB_WX_G);
         dqr[i] = dzpre * MB(MB_RH_Z); dqr[H + i] = drpre * MB(MB_RH_R); dqr[2 * H + i] = drhb * MB(MB_RH_G);
 #undef MB

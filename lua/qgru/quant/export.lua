@@ -46,7 +46,7 @@ local function op_entry(q)
     "exp2_inv", e, "zero_point", z, "scale", scale, "qmin", qmin, "qmax", qmax,
     "range", q.range and json.array({ q.range[1], q.range[2] }) or nil,
     "method", q.method or "unknown", "fixed", q.fixed ~= nil, "pinned", q.pinned,
-    "integer_deployable", q.bitwidth <= 16 or nil)
+    "integer_deployable", q.bitwidth <= 16)
 end
 
 local function qgru_doc(model)
@@ -189,7 +189,10 @@ function M.load(model, path)
     if json.isArray(e.range) then q.range = { e.range[1], e.range[2] } end
     q.frozen = true
   end
-  for _, g in ipairs(gs) do g.gru:clearState() end
+  for _, g in ipairs(gs) do
+    g.gru.qstate.cfg = setmetatable({ source = path }, { __index = g.gru.qstate.cfg })
+    g.gru:clearState()
+  end
   return model
 end
 
