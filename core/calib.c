@@ -41,17 +41,6 @@ static void row_begin_hist(double *row) {
   memset(row + 4, 0, QG_STATS_BINS * sizeof(double));
 }
 
-static inline void row_add(double *row, double v) {
-  if (v != v) return;
-  if (v < row[0]) row[0] = v;
-  if (v > row[1]) row[1] = v;
-  if (row[3] > row[2]) {
-    double f = (v - row[2]) / (row[3] - row[2]) * QG_STATS_BINS;
-    int b = f < 0 ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
-    row[4 + b] += 1;
-  }
-}
-
 qg_status qg_stats_reset(qg_ctx *ctx, qg_tensor *stats) {
   if (!ctx) return QG_ERR_ARG;
   QG_CHECK(check_stats(ctx, __func__, stats));
@@ -74,8 +63,8 @@ qg_status qg_stats_add(qg_ctx *ctx, qg_tensor *stats, int row, const qg_tensor *
   QG_CHECK(qg_check_tensor(ctx, fn, "values", values, -1, -1, NULL));
   if (values->device != QG_CPU) return qg_fail(ctx, QG_ERR_DEVICE, fn, "values must be a cpu tensor");
   double *rp = (double *)stats->data + (int64_t)row * QG_STATS_WIDTH;
-  if (values->dtype == QG_F32) for (int64_t i = 0; i < values->numel; i++) row_add(rp, ((const float *)values->data)[i]);
-  else if (values->dtype == QG_F64) for (int64_t i = 0; i < values->numel; i++) row_add(rp, ((const double *)values->data)[i]);
+  if (values->dtype == QG_F32) for (int64_t i = 0; i < values->numel; i++) qg_stats_row_add(rp, ((const float *)values->data)[i]);
+  else if (values->dtype == QG_F64) for (int64_t i = 0; i < values->numel; i++) qg_stats_row_add(rp, ((const double *)values->data)[i]);
   else return qg_fail(ctx, QG_ERR_ARG, fn, "values: expected f32 or f64, got %s", qg_dtype_name(values->dtype));
   return QG_OK;
 }
@@ -213,10 +202,10 @@ qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, co
   int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
   for (int64_t r = 0; r < rows; r++) {
     row_reset(row);
-    for (int64_t c = 0; c < cols; c++) row_add(row, wp[r * cols + c]);
+    for (int64_t c = 0; c < cols; c++) qg_stats_row_add(row, wp[r * cols + c]);
     if (method != QG_CALIB_MINMAX) {
       row_begin_hist(row);
-      for (int64_t c = 0; c < cols; c++) row_add(row, wp[r * cols + c]);
+      for (int64_t c = 0; c < cols; c++) qg_stats_row_add(row, wp[r * cols + c]);
     }
     double cost;
     int32_t e, z;

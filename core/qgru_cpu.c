@@ -105,18 +105,8 @@ static inline int64_t act_out(const qres *r, int k, int64_t qpre, int *m) {
   return qg_quant_real(k < 2 ? 1.0 / (1.0 + exp(-v)) : tanh(v), r->a[out_of[k]], m);
 }
 
-/* ---- calibration statistics rows: min, max, lo, hi, counts[2048] ---- */
-static inline void stat_add(double *row, double v) {
-  if (v != v) return;
-  if (v < row[0]) row[0] = v;
-  if (v > row[1]) row[1] = v;
-  if (row[3] > row[2]) {
-    double f = (v - row[2]) / (row[3] - row[2]) * QG_STATS_BINS;
-    int b = f < 0 ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
-    row[4 + b] += 1;
-  }
-}
-#define STAT(op, v) do { if (st) stat_add(st + (op) * QG_STATS_WIDTH, (v)); } while (0)
+/* adds v to the statistics row of operator op when statistics are being collected */
+#define STAT(op, v) do { if (st) qg_stats_row_add(st + (op) * QG_STATS_WIDTH, (v)); } while (0)
 
 /* Saved state accessors. */
 static inline void save_unit(uint8_t *dst, const qres *r, int64_t zpre, int64_t rpre, int64_t gpre, int64_t rhb, uint32_t mask) {
