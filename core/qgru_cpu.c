@@ -4,7 +4,8 @@
  * (section 4), and the float forward that records calibration statistics (section 5, pass 1).
  *
  * Forward of one layer and direction:
- *   x -> input.x codes; one exact GEMM of centered codes (integers in fp64) for W x over all
+ *   x -> input.x codes; one exact GEMM of centered codes (integers in fp32 when every partial sum
+ *   stays below 2^24, e.g. 8-bit codes and K <= 256, else in fp64) for W x over all
  *   steps, requantized to matmul.Wx; per step one GEMM R h (h held as output.h codes) requantized
  *   to matmul.Rh, then a pointwise loop doing steps 3-8 with 128-bit alignment sums.
  * Saved for the backward per (step, batch, unit): codes of z_pre, r_pre, g_pre and Rh_g + br_g
@@ -143,6 +144,24 @@ static qg_status check_cpu(qg_ctx *ctx, const char *fn, const qg_tensor *const *
   return QG_OK;
 }
 
+/* Largest |q - z| of a grid over every zero point in zps (n of them). */
+static int64_t max_centered(int bits, int uns, const int32_t *zps, int64_t n, int32_t z1) {
+  qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  int64_t m = 0;
+  for (int64_t i = 0; i < (zps ? n : 1); i++) {
+    int64_t z = zps ? zps[i] : z1;
+    int64_t a = g.qmax - z > z - g.qmin ? g.qmax - z : z - g.qmin;
+    if (a > m) m = a;
+  }
+  return m;
+}
+
+/* Whether a GEMM of centered codes is exact in float32: every partial sum is an integer below
+ * 2^24 when max|a| max|b| K < 2^24, whatever the summation order. */
+static int exact_in_f32(int64_t amax, int64_t bmax, int64_t K) {
+  return amax > 0 && bmax > 0 && (double)amax * (double)bmax * (double)K < 16777216.0;
+}
+
 /* Sum of aligned terms (centered codes at exponents e[i]) requantized to q. Returns the code. */
 static inline int64_t aligned_sum(int n, const int64_t *c, const int *e, qg_qp q, int *m, double *real) {
   int emax = e[0];
@@ -192,18 +211,25 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
   /* workspace: doubles Xc [TN, C], Wc [3H, C], Rc [3H, H], accWx [TN, 3H], Hc [N, H], accRh [N, 3H];
    * int64 qWx [TN, 3H], qRh [N, 3H]; bytes mWx [TN, 3H], mRh [N, 3H]; int32 xcodes [TN, C] */
   int64_t nd = TN * C + H3 * C + H3 * H + TN * H3 + N * H + N * H3, ni = TN * H3 + N * H3, nb = TN * H3 + N * H3;
-  int64_t bytes = nd * 8 + ni * 8 + TN * C * 4 + nb + 64;
+  int64_t bytes = nd * 8 + ni * 8 + TN * C * 4 + nb + nd * 4 + 128;   /* + float copies of the GEMM operands */
   char *ws;
   QG_CHECK(qg_workspace(ctx, fn, bytes, (void **)&ws));
   double *Xc = (double *)ws, *Wc = Xc + TN * C, *Rc = Wc + H3 * C, *accWx = Rc + H3 * H, *Hc = accWx + TN * H3, *accRh = Hc + N * H;
   int64_t *qWx = (int64_t *)(accRh + N * H3), *qRh = qWx + TN * H3;
   int32_t *xcodes = (int32_t *)(qRh + N * H3);
   uint8_t *mWx = (uint8_t *)(xcodes + TN * C), *mRh = mWx + TN * H3;
+  float *Xf = (float *)(((uintptr_t)(mRh + N * H3) + 63) & ~(uintptr_t)63), *Wf = Xf + TN * C, *Rf = Wf + H3 * C;
+  float *accWxf = Rf + H3 * H, *Hf = accWxf + TN * H3, *accRhf = Hf + N * H;
 
   double *st = stats ? (double *)stats->data : NULL;
   const qg_qp QX = r.a[QG_Q_INPUT_X], QH = r.a[QG_Q_OUTPUT_H], QWX = r.a[QG_Q_MATMUL_WX], QRH = r.a[QG_Q_MATMUL_RH];
   const int exact_wx = r.bits[QG_Q_INPUT_X] <= 16 && r.wbits[QG_W_W] <= 16;
   const int exact_rh = r.bits[QG_Q_OUTPUT_H] <= 16 && r.wbits[QG_W_R] <= 16;
+  /* Small grids: the same exact integer GEMMs in float32 (twice as fast as fp64). */
+  const int f32_wx = exact_wx && exact_in_f32(max_centered(r.bits[QG_Q_INPUT_X], p->act[QG_Q_INPUT_X].is_unsigned, NULL, 1, QX.z),
+                                              max_centered(r.wbits[QG_W_W], p->w_unsigned[QG_W_W], r.wz[QG_W_W], H3, 0), C);
+  const int f32_rh = exact_rh && exact_in_f32(max_centered(r.bits[QG_Q_OUTPUT_H], p->act[QG_Q_OUTPUT_H].is_unsigned, NULL, 1, QH.z),
+                                              max_centered(r.wbits[QG_W_R], p->w_unsigned[QG_W_R], r.wz[QG_W_R], H3, 0), H);
 
   /* 1. input.x codes */
   const float *xp = (const float *)x->data;
@@ -213,19 +239,24 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
     STAT(QG_Q_INPUT_X, (double)xp[i]);
     xcodes[i] = (int32_t)q;
     Xc[i] = (double)(q - QX.z);
+    Xf[i] = (float)(q - QX.z);
     if (xq) ((int32_t *)xq->data)[i] = (int32_t)q;
     if (xmask) ((uint8_t *)xmask->data)[i] = (uint8_t)m;
   }
   /* 2. centered weight codes and the W x GEMM over all steps */
   const int32_t *Wqp = (const int32_t *)Wq->data, *Rqp = (const int32_t *)Rq->data;
   for (int64_t j = 0; j < H3; j++) {
-    for (int64_t k = 0; k < C; k++) Wc[j * C + k] = (double)((int64_t)Wqp[j * C + k] - r.wz[QG_W_W][j]);
-    for (int64_t k = 0; k < H; k++) Rc[j * H + k] = (double)((int64_t)Rqp[j * H + k] - r.wz[QG_W_R][j]);
+    for (int64_t k = 0; k < C; k++) Wf[j * C + k] = (float)(Wc[j * C + k] = (double)((int64_t)Wqp[j * C + k] - r.wz[QG_W_W][j]));
+    for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rc[j * H + k] = (double)((int64_t)Rqp[j * H + k] - r.wz[QG_W_R][j]));
   }
-  if (TN > 0 && C > 0)
+  if (TN > 0 && C > 0 && f32_wx) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)C, 1.0f, Xf, (int)C, Wf, (int)C, 0.0f, accWxf, (int)H3);
+    for (int64_t i = 0; i < TN * H3; i++) accWx[i] = (double)accWxf[i];
+  } else if (TN > 0 && C > 0) {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)C, 1.0, Xc, (int)C, Wc, (int)C, 0.0, accWx, (int)H3);
-  else
+  } else {
     memset(accWx, 0, (size_t)(TN * H3) * sizeof(double));
+  }
   for (int64_t i = 0; i < TN; i++)
     for (int64_t j = 0; j < H3; j++) {
       int s = r.we[QG_W_W][j] + QX.e, m;
@@ -247,6 +278,7 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
   const qg_qp QZP = r.a[QG_Q_Z_PRE], QRP = r.a[QG_Q_R_PRE], QGP = r.a[QG_Q_G_PRE], QZ = r.a[QG_Q_Z_OUT], QR = r.a[QG_Q_R_OUT];
   const qg_qp QG = r.a[QG_Q_G_OUT], QRRH = r.a[QG_Q_RRH], QOLD = r.a[QG_Q_OLD], QNEW = r.a[QG_Q_NEW];
   const int64_t one_z = (int64_t)1 << QZ.e;   /* 1 in z_out's scale */
+  const double scale_h = ldexp(1.0, -QH.e);
   float *yp = (float *)y->data;
   const int64_t Hy = y->dims[2];
   uint8_t *sp = saved ? (uint8_t *)saved->data : NULL;
@@ -255,9 +287,16 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
     const int64_t t = reverse ? T - 1 - s : s;
     const int32_t *hprev = hqp + s * N * H;
     int32_t *hnext = hqp + (s + 1) * N * H;
-    for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
-    if (N > 0 && H > 0)
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0, Hc, (int)H, Rc, (int)H, 0.0, accRh, (int)H3);
+    if (f32_rh) {
+      for (int64_t i = 0; i < N * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
+      if (N > 0 && H > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0f, Hf, (int)H, Rf, (int)H, 0.0f, accRhf, (int)H3);
+      for (int64_t i = 0; i < N * H3; i++) accRh[i] = (double)accRhf[i];
+    } else {
+      for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
+      if (N > 0 && H > 0)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0, Hc, (int)H, Rc, (int)H, 0.0, accRh, (int)H3);
+    }
     for (int64_t n = 0; n < N; n++)
       for (int64_t j = 0; j < H3; j++) {
         int sc = r.we[QG_W_R][j] + QH.e, m;
@@ -273,18 +312,18 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
         const int64_t jz = i, jr = H + i, jg = 2 * H + i;
         int m;
         uint32_t mask = 0;
-        double real;
+        double real, *rp = st ? &real : NULL;
         mask |= (uint32_t)mwx[jz] << MB_WX_Z | (uint32_t)mwx[jr] << MB_WX_R | (uint32_t)mwx[jg] << MB_WX_G;
         mask |= (uint32_t)mrh[jz] << MB_RH_Z | (uint32_t)mrh[jr] << MB_RH_R | (uint32_t)mrh[jg] << MB_RH_G;
         /* z and r: four aligned terms each */
         int64_t cz[4] = {wx[jz] - QWX.z, rh[jz] - QRH.z, (int64_t)bxc[jz] - zbx[jz], (int64_t)brc[jz] - zbr[jz]};
         int ez[4] = {QWX.e, QRH.e, ebx[jz], ebr[jz]};
-        int64_t qzpre = aligned_sum(4, cz, ez, QZP, &m, &real);
+        int64_t qzpre = aligned_sum(4, cz, ez, QZP, &m, rp);
         mask |= (uint32_t)m << MB_ZPRE;
         STAT(QG_Q_Z_PRE, real);
         int64_t cr[4] = {wx[jr] - QWX.z, rh[jr] - QRH.z, (int64_t)bxc[jr] - zbx[jr], (int64_t)brc[jr] - zbr[jr]};
         int er[4] = {QWX.e, QRH.e, ebx[jr], ebr[jr]};
-        int64_t qrpre = aligned_sum(4, cr, er, QRP, &m, &real);
+        int64_t qrpre = aligned_sum(4, cr, er, QRP, &m, rp);
         mask |= (uint32_t)m << MB_RPRE;
         STAT(QG_Q_R_PRE, real);
         int64_t qz = act_out(&r, 0, qzpre, &m);
@@ -296,7 +335,7 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
         /* Rh_g + br_g with matmul.Rh's quantizer */
         int64_t cb[2] = {rh[jg] - QRH.z, (int64_t)brc[jg] - zbr[jg]};
         int eb[2] = {QRH.e, ebr[jg]};
-        int64_t qrhb = aligned_sum(2, cb, eb, QRH, &m, &real);
+        int64_t qrhb = aligned_sum(2, cb, eb, QRH, &m, rp);
         mask |= (uint32_t)m << MB_RHB;
         STAT(QG_Q_MATMUL_RH, real);
         /* r * Rhb */
@@ -307,7 +346,7 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
         /* g */
         int64_t cg[3] = {wx[jg] - QWX.z, (int64_t)bxc[jg] - zbx[jg], qrrh - QRRH.z};
         int eg[3] = {QWX.e, ebx[jg], QRRH.e};
-        int64_t qgpre = aligned_sum(3, cg, eg, QGP, &m, &real);
+        int64_t qgpre = aligned_sum(3, cg, eg, QGP, &m, rp);
         mask |= (uint32_t)m << MB_GPRE;
         STAT(QG_Q_G_PRE, real);
         int64_t qg = act_out(&r, 2, qgpre, &m);
@@ -325,11 +364,11 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
         mask |= (uint32_t)m << MB_NEW;
         int64_t ch[2] = {qold - QOLD.z, qnew - QNEW.z};
         int eh[2] = {QOLD.e, QNEW.e};
-        int64_t qh = aligned_sum(2, ch, eh, QH, &m, &real);
+        int64_t qh = aligned_sum(2, ch, eh, QH, &m, rp);
         mask |= (uint32_t)m << MB_H;
         STAT(QG_Q_OUTPUT_H, real);
         hnext[n * H + i] = (int32_t)qh;
-        yp[(t * N + n) * Hy + y_offset + i] = (float)qg_deq(qh, QH);
+        yp[(t * N + n) * Hy + y_offset + i] = (float)((double)(qh - QH.z) * scale_h);
         if (sp) save_unit(sp + ((s * N + n) * H + i) * r.saved_bytes, &r, qzpre, qrpre, qgpre, qrhb, mask);
       }
     }
