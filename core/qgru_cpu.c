@@ -162,6 +162,32 @@ static int exact_in_f32(int64_t amax, int64_t bmax, int64_t K) {
   return amax > 0 && bmax > 0 && (double)amax * (double)bmax * (double)K < 16777216.0;
 }
 
+/* acc [M, 3H] = A [M, K] B [3H, K]^T over centered codes (in fp32 when use_f32, else fp64: A and
+ * B are given in both precisions), then every entry requantized to q from the scale
+ * 2^-(wexp[j] + e_in) of its column j: codes and in-range masks [M, 3H]; each accumulator's real
+ * value goes to the statistics row st_row when given. exact: the fp64 sums are exact integers. */
+static void matmul_requant(int64_t M, int64_t H3, int64_t K, int use_f32, int exact, const float *Af, const float *Bf,
+                           float *accf, const double *Ad, const double *Bd, double *acc, const int32_t *wexp, int e_in,
+                           qg_qp q, int64_t *codes, uint8_t *masks, double *st_row) {
+  if (M > 0 && H3 > 0 && K > 0 && use_f32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H3, (int)K, 1.0f, Af, (int)K, Bf, (int)K, 0.0f, accf, (int)H3);
+    for (int64_t i = 0; i < M * H3; i++) acc[i] = (double)accf[i];
+  } else if (M > 0 && H3 > 0 && K > 0) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H3, (int)K, 1.0, Ad, (int)K, Bd, (int)K, 0.0, acc, (int)H3);
+  } else {
+    memset(acc, 0, (size_t)(M * H3) * sizeof(double));
+  }
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < H3; j++) {
+      const int s = wexp[j] + e_in;
+      const double a = acc[i * H3 + j];
+      int m;
+      codes[i * H3 + j] = exact ? qg_requant((qg_i128)(int64_t)a, s, q, &m) : qg_requant_real(a, s, q, &m);
+      masks[i * H3 + j] = (uint8_t)m;
+      if (st_row) qg_stats_row_add(st_row, ldexp(a, -s));
+    }
+}
+
 /* Sum of aligned terms (centered codes at exponents e[i]) requantized to q. Returns the code. */
 static inline int64_t aligned_sum(int n, const int64_t *c, const int *e, qg_qp q, int *m, double *real) {
   int emax = e[0];
@@ -249,22 +275,8 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
     for (int64_t k = 0; k < C; k++) Wf[j * C + k] = (float)(Wc[j * C + k] = (double)((int64_t)Wqp[j * C + k] - r.wz[QG_W_W][j]));
     for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rc[j * H + k] = (double)((int64_t)Rqp[j * H + k] - r.wz[QG_W_R][j]));
   }
-  if (TN > 0 && C > 0 && f32_wx) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)C, 1.0f, Xf, (int)C, Wf, (int)C, 0.0f, accWxf, (int)H3);
-    for (int64_t i = 0; i < TN * H3; i++) accWx[i] = (double)accWxf[i];
-  } else if (TN > 0 && C > 0) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)C, 1.0, Xc, (int)C, Wc, (int)C, 0.0, accWx, (int)H3);
-  } else {
-    memset(accWx, 0, (size_t)(TN * H3) * sizeof(double));
-  }
-  for (int64_t i = 0; i < TN; i++)
-    for (int64_t j = 0; j < H3; j++) {
-      int s = r.we[QG_W_W][j] + QX.e, m;
-      double a = accWx[i * H3 + j];
-      qWx[i * H3 + j] = exact_wx ? qg_requant((qg_i128)(int64_t)a, s, QWX, &m) : qg_requant_real(a, s, QWX, &m);
-      mWx[i * H3 + j] = (uint8_t)m;
-      STAT(QG_Q_MATMUL_WX, ldexp(a, -s));
-    }
+  matmul_requant(TN, H3, C, f32_wx, exact_wx, Xf, Wf, accWxf, Xc, Wc, accWx, r.we[QG_W_W], QX.e, QWX, qWx, mWx,
+                 st ? st + QG_Q_MATMUL_WX * QG_STATS_WIDTH : NULL);
   /* 3. h0 */
   int32_t *hqp = (int32_t *)hq->data;
   for (int64_t i = 0; i < N * H; i++) {
@@ -287,24 +299,10 @@ qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq
     const int64_t t = reverse ? T - 1 - s : s;
     const int32_t *hprev = hqp + s * N * H;
     int32_t *hnext = hqp + (s + 1) * N * H;
-    if (f32_rh) {
-      for (int64_t i = 0; i < N * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
-      if (N > 0 && H > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0f, Hf, (int)H, Rf, (int)H, 0.0f, accRhf, (int)H3);
-      for (int64_t i = 0; i < N * H3; i++) accRh[i] = (double)accRhf[i];
-    } else {
-      for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
-      if (N > 0 && H > 0)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0, Hc, (int)H, Rc, (int)H, 0.0, accRh, (int)H3);
-    }
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t j = 0; j < H3; j++) {
-        int sc = r.we[QG_W_R][j] + QH.e, m;
-        double a = accRh[n * H3 + j];
-        qRh[n * H3 + j] = exact_rh ? qg_requant((qg_i128)(int64_t)a, sc, QRH, &m) : qg_requant_real(a, sc, QRH, &m);
-        mRh[n * H3 + j] = (uint8_t)m;
-        STAT(QG_Q_MATMUL_RH, ldexp(a, -sc));
-      }
+    if (f32_rh) for (int64_t i = 0; i < N * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
+    else for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
+    matmul_requant(N, H3, H, f32_rh, exact_rh, Hf, Rf, accRhf, Hc, Rc, accRh, r.we[QG_W_R], QH.e, QRH, qRh, mRh,
+                   st ? st + QG_Q_MATMUL_RH * QG_STATS_WIDTH : NULL);
     for (int64_t n = 0; n < N; n++) {
       const int64_t *wx = qWx + (t * N + n) * H3, *rh = qRh + n * H3;
       const uint8_t *mwx = mWx + (t * N + n) * H3, *mrh = mRh + n * H3;
