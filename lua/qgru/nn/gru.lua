@@ -106,15 +106,41 @@ function GRU:_timeMajor(x)
   return x:transpose01(self:buffer("_x_tm", { s[2], s[1], s[3] }, x:device()))
 end
 
+-- The float step of one layer and direction (the quantized one is GRUQuant:forwardLayer).
+function GRU:_forwardLayer(ctx, l, d, y, inp, h0v, training)
+  local key = l * self.dirs + d
+  local T, N, H = inp:size(1), inp:size(2), self.hiddenSize
+  local hs = self:buffer("_hs" .. key, { T + 1, N, H }, inp:device())
+  local gates = training and self:buffer("_gates" .. key, { T, N, 4 * H }, inp:device()) or nil
+  self._hs[key], self._gates[key] = hs, gates
+  local w = self.weights[l][d]
+  self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
+                                     w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+end
+
+function GRU:_backwardLayer(ctx, l, d, dx, dy, dh0v, inp)
+  local key = l * self.dirs + d
+  local w, g = self.weights[l][d], self.grads[l][d]
+  self:ccall(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dy.t, d * self.hiddenSize,
+                                      nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
+end
+
+-- The quantization state when it is attached and enabled (then it runs each layer's step).
+function GRU:_quant()
+  local q = self.qstate
+  return q and q.enabled and q or nil
+end
+
 function GRU:updateOutput(input)
-  if self.qstate and self.qstate.enabled then return self.qstate:forward(input) end
-  self._quant_forward = false
   local x, h0 = split_input(self, input)
   local xt = self:_timeMajor(x)
   local T, N = xt:size(1), xt:size(2)
   local H, D, L = self.hiddenSize, self.dirs, self.layers
   local dev = xt:device()
   if h0 then self:checkInput(h0, { L * D, N, H }, nil, "h0") end
+  local q = self:_quant()
+  if q then q:check(xt) end
+  local training = self.train and not (q and q:calibrating())
   local ctx = clib.context(dev)
   self._hs, self._gates, self._ys = self._hs or {}, self._gates or {}, self._ys or {}
   local inp = xt
@@ -122,21 +148,21 @@ function GRU:updateOutput(input)
     local y = self:buffer("_y" .. l, { T, N, D * H }, dev)
     self._ys[l] = y
     for d = 0, D - 1 do
-      local key = l * D + d
-      local hs = self:buffer("_hs" .. key, { T + 1, N, H }, dev)
-      local gates = self.train and self:buffer("_gates" .. key, { T, N, 4 * H }, dev) or nil
-      self._hs[key], self._gates[key] = hs, gates
-      local w = self.weights[l][d]
-      local h0v = h0 and h0:select(key + 1) or nil
-      self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
-                                    w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+      local h0v = h0 and h0:select(l * D + d + 1) or nil
+      if q then q:forwardLayer(ctx, l, d, y, inp, h0v, training) else self:_forwardLayer(ctx, l, d, y, inp, h0v, training) end
     end
     inp = y
   end
-  -- h_n: the final state of every layer and direction.
+  -- h_n: the final state of every layer and direction (fwd at time T, bwd at time 1).
   local hn = self:buffer("h_n", { L * D, N, H }, dev)
-  for key = 0, L * D - 1 do hn:select(key + 1):copy(self._hs[key]:select(T + 1)) end
-  self._trained_forward = self.train
+  for l = 0, L - 1 do
+    for d = 0, D - 1 do
+      local yt = self._ys[l]:select(d == 0 and T or 1)      -- [N, D*H]
+      for n = 1, N do hn:select(l * D + d + 1):select(n):copy(yt:select(n):narrow(d * H + 1, H)) end
+    end
+  end
+  self._trained_forward = training
+  self._forward_kind = q and "quant" or "float"
   if self.batch_first then
     self.output = inp:transpose01(self:buffer("_out_bf", { N, T, D * H }, dev))
   else
@@ -146,9 +172,12 @@ function GRU:updateOutput(input)
 end
 
 function GRU:_backward(input, gradOutput, scale)
-  if self.qstate and self.qstate.enabled then return self.qstate:backward(input, gradOutput, scale) end
   if not self._trained_forward then
     self:fail("backward needs the forward to run in training mode (call model:training() before forward)")
+  end
+  local q = self:_quant()
+  if (q and "quant" or "float") ~= self._forward_kind then
+    self:fail("the forward ran %s but quantization is now %s: run the forward again", self._forward_kind, q and "on" or "off")
   end
   local x, h0 = split_input(self, input)
   local xt = self.batch_first and self._x_tm or x
@@ -170,11 +199,8 @@ function GRU:_backward(input, gradOutput, scale)
     dx:zero()
     local dyl = l == L - 1 and dy or self["_dy" .. l]
     for d = 0, D - 1 do
-      local key = l * D + d
-      local w, g = self.weights[l][d], self.grads[l][d]
-      local dh0v = dh0 and dh0:select(key + 1) or nil
-      self:ccall(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil,
-                                     dyl.t, d * H, nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
+      local dh0v = dh0 and dh0:select(l * D + d + 1) or nil
+      if q then q:backwardLayer(ctx, l, d, dx, dyl, dh0v) else self:_backwardLayer(ctx, l, d, dx, dyl, dh0v, inp) end
     end
   end
   if self.batch_first then dx = dx:transpose01(self:buffer("_dx_bf", { N, T, self.inputSize }, dev)) end

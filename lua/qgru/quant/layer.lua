@@ -1,7 +1,8 @@
 -- quant/layer.lua: the quantization state of one nn.GRU: per layer and direction, 13 activation
 -- quantizers and 4 per-channel weight quantizers, the activation tables, and the quantized
--- forward (integer step, QUANT_SPEC.md section 3) and straight-through backward (section 4).
--- nn.GRU calls GRUQuant:forward / :backward when a state is attached and enabled.
+-- step of one layer and direction (integer step, QUANT_SPEC.md section 3) and its
+-- straight-through backward (section 4). nn.GRU runs the layers and directions and calls
+-- GRUQuant:forwardLayer / :backwardLayer when a state is attached and enabled.
 --
 -- Modes: "qat" (quantized forward; the default once calibrated), "calib_float" (float forward
 -- recording statistics: calibration pass 1), "calib_quant" (quantized forward recording
@@ -115,7 +116,7 @@ function LayerQuant:quantizeWeights(method, percentile)
   end
 end
 
--- ---- GRUQuant: the state attached to an nn.GRU ----
+-- ---- GRUQuant: the state attached to an nn.GRU, which calls forwardLayer / backwardLayer ----
 function GRUQuant:__init(gru, cfg)
   self.gru, self.cfg = gru, cfg
   self.enabled = not cfg.disable_quantization
@@ -139,119 +140,55 @@ function GRUQuant:each()
   end
 end
 
-local function time_major_views(gru, input)
-  local x, h0 = input, nil
-  if type(input) == "table" and getmetatable(input) ~= Tensor then x, h0 = input[1], input[2] end
-  return x, h0
+-- Called by nn.GRU before a forward.
+function GRUQuant:check(x)
+  if x:device() ~= "cpu" then self.gru:fail("the quantized GRU runs on the cpu in this build") end
 end
 
--- Forward of the whole GRU (all layers and directions) in the current mode.
-function GRUQuant:forward(input)
+function GRUQuant:calibrating() return self.mode == "calib_float" or self.mode == "calib_quant" end
+
+-- One layer and direction of nn.GRU's forward, in the current mode: the integer step (saving
+-- state for the backward when training), or, in calibration pass 1, the float step recording
+-- statistics. y [T, N, D*H] gets columns [d*H, (d+1)*H).
+function GRUQuant:forwardLayer(ctx, l, d, y, inp, h0v, training)
   local gru = self.gru
-  local x, h0 = time_major_views(gru, input)
-  local xt = gru:_timeMajor(x)
-  local T, N = xt:size(1), xt:size(2)
-  local H, D, L = gru.hiddenSize, gru.dirs, gru.layers
-  if h0 then gru:checkInput(h0, { L * D, N, H }, nil, "h0") end
-  if xt:device() ~= "cpu" then gru:fail("the quantized GRU runs on the cpu in this build") end
-  local ctx = clib.context("cpu")
-  local calib = self.mode == "calib_float" or self.mode == "calib_quant"
-  local quantized = self.mode ~= "calib_float"
-  local training = gru.train and not calib
-  self._saved = training
-  local inp = xt
-  for l = 0, L - 1 do
-    local y = gru:buffer("_y" .. l, { T, N, D * H }, "cpu")
-    for d = 0, D - 1 do
-      local lq = self.layers[l * D + d]
-      local key = lq.key
-      local h0v = h0 and h0:select(key + 1) or nil
-      local w = gru.weights[l][d]
-      if quantized then
-        local ok, which = lq:ready()
-        if not ok then
-          gru:fail("quantizer %s is not calibrated: run quant.calibrate(model, data) or quant.load(model, path) first", which)
-        end
-        lq:quantizeWeights()
-        lq:refresh()
-        local hq = gru:buffer("_q_hq" .. key, { T + 1, N, H }, "cpu", "i32")
-        local saved, xq, xm
-        if training then
-          saved = gru:buffer("_q_saved" .. key, { T, N, H, lib.qg_qgru_saved_bytes(lq.params) }, "cpu", "u8")
-          xq = gru:buffer("_q_xq" .. key, { T, N, inp:size(3) }, "cpu", "i32")
-          xm = gru:buffer("_q_xm" .. key, { T, N, inp:size(3) }, "cpu", "u8")
-        end
-        gru:ccall(ctx, lib.qg_qgru_forward(ctx, y.t, d * H, hq.t, saved and saved.t or nil, xq and xq.t or nil,
-                                           xm and xm.t or nil, calib and lq.stats.t or nil, inp.t, lq.wq[1].codes.t,
-                                           lq.wq[2].codes.t, lq.wq[3].codes.t, lq.wq[4].codes.t, h0v and h0v.t or nil,
-                                           lq.params, d))
-        lq.last = { inp = inp, hq = hq, saved = saved, xq = xq, xm = xm, h0 = h0v }
-      else
-        gru:ccall(ctx, lib.qg_gru_forward_stats(ctx, y.t, d * H, lq.stats.t, inp.t, w.W.t, w.R.t, w.bx.t, w.br.t,
-                                                h0v and h0v.t or nil, d))
-      end
-    end
-    gru._ys = gru._ys or {}
-    gru._ys[l] = y
-    inp = y
+  local lq = self.layers[l * gru.dirs + d]
+  local T, N, H = inp:size(1), inp:size(2), gru.hiddenSize
+  local stats = self:calibrating() and lq.stats.t or nil
+  if self.mode == "calib_float" then
+    local w = gru.weights[l][d]
+    gru:ccall(ctx, lib.qg_gru_forward_stats(ctx, y.t, d * H, stats, inp.t, w.W.t, w.R.t, w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+    return
   end
-  -- h_n: the last state of each layer and direction (fwd: time T, bwd: time 1)
-  local hn = gru:buffer("h_n", { L * D, N, H }, "cpu")
-  local hp = hn:ptr()
-  for l = 0, L - 1 do
-    local yp = gru._ys[l]:ptr()
-    for d = 0, D - 1 do
-      local t = d == 0 and T - 1 or 0
-      local base = (l * D + d) * N * H
-      for n = 0, N - 1 do
-        for i = 0, H - 1 do hp[base + n * H + i] = yp[(t * N + n) * D * H + d * H + i] end
-      end
-    end
+  local ok, which = lq:ready()
+  if not ok then
+    gru:fail("quantizer %s is not calibrated: run quant.calibrate(model, data) or quant.load(model, path) first", which)
   end
-  gru._trained_forward = training
-  gru._quant_forward = quantized and training
-  if gru.batch_first then
-    gru.output = inp:transpose01(gru:buffer("_out_bf", { N, T, D * H }, "cpu"))
-  else
-    gru.output = inp
+  lq:quantizeWeights()
+  lq:refresh()
+  local key = lq.key
+  local hq = gru:buffer("_q_hq" .. key, { T + 1, N, H }, "cpu", "i32")
+  local saved, xq, xm
+  if training then
+    saved = gru:buffer("_q_saved" .. key, { T, N, H, lib.qg_qgru_saved_bytes(lq.params) }, "cpu", "u8")
+    xq = gru:buffer("_q_xq" .. key, { T, N, inp:size(3) }, "cpu", "i32")
+    xm = gru:buffer("_q_xm" .. key, { T, N, inp:size(3) }, "cpu", "u8")
   end
-  return gru.output
+  gru:ccall(ctx, lib.qg_qgru_forward(ctx, y.t, d * H, hq.t, saved and saved.t or nil, xq and xq.t or nil, xm and xm.t or nil,
+                                     stats, inp.t, lq.wq[1].codes.t, lq.wq[2].codes.t, lq.wq[3].codes.t, lq.wq[4].codes.t,
+                                     h0v and h0v.t or nil, lq.params, d))
+  lq.last = { hq = hq, saved = saved, xq = xq, xm = xm, h0 = h0v }
 end
 
--- Straight-through backward of the last (training-mode, quantized) forward.
-function GRUQuant:backward(input, gradOutput, scale)
+-- One layer and direction of nn.GRU's backward: the straight-through estimator.
+function GRUQuant:backwardLayer(ctx, l, d, dx, dy, dh0v)
   local gru = self.gru
-  if not gru._quant_forward then
-    gru:fail("backward needs a quantized forward in training mode (call model:training() before forward)")
-  end
-  local x, h0 = time_major_views(gru, input)
-  local xt = gru.batch_first and gru._x_tm or x
-  local T, N = xt:size(1), xt:size(2)
-  local H, D, L = gru.hiddenSize, gru.dirs, gru.layers
-  gru:checkInput(gradOutput, gru.batch_first and { N, T, D * H } or { T, N, D * H }, nil, "gradOutput")
-  local dy = gradOutput
-  if gru.batch_first then dy = gradOutput:transpose01(gru:buffer("_dy_tm", { T, N, D * H }, "cpu")) end
-  if scale ~= 1 then dy = gru:buffer("_dy_scaled", { T, N, D * H }, "cpu"):copy(dy):mul(scale) end
-  local ctx = clib.context("cpu")
-  local dh0 = h0 and gru:buffer("_dh0", { L * D, N, H }, "cpu") or nil
-  local dx
-  for l = L - 1, 0, -1 do
-    dx = l == 0 and gru:buffer("_dx_tm", { T, N, gru.inputSize }, "cpu") or gru:buffer("_dy" .. (l - 1), { T, N, D * H }, "cpu")
-    dx:zero()
-    local dyl = l == L - 1 and dy or gru["_dy" .. l]
-    for d = 0, D - 1 do
-      local lq = self.layers[l * D + d]
-      local g, s = gru.grads[l][d], lq.last
-      local dh0v = dh0 and dh0:select(lq.key + 1) or nil
-      gru:ccall(ctx, lib.qg_qgru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dyl.t, d * H, nil,
-                                          s.xq.t, s.xm.t, lq.wq[1].fq.t, lq.wq[2].fq.t, lq.wq[1].mask.t, lq.wq[2].mask.t,
-                                          lq.wq[3].mask.t, lq.wq[4].mask.t, s.hq.t, s.saved.t, s.h0 and s.h0.t or nil,
-                                          lq.params, d))
-    end
-  end
-  if gru.batch_first then dx = dx:transpose01(gru:buffer("_dx_bf", { N, T, gru.inputSize }, "cpu")) end
-  gru.gradInput = h0 and { dx, dh0 } or dx
-  return gru.gradInput
+  local lq = self.layers[l * gru.dirs + d]
+  local g, s = gru.grads[l][d], lq.last
+  gru:ccall(ctx, lib.qg_qgru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dy.t, d * gru.hiddenSize, nil,
+                                      s.xq.t, s.xm.t, lq.wq[1].fq.t, lq.wq[2].fq.t, lq.wq[1].mask.t, lq.wq[2].mask.t,
+                                      lq.wq[3].mask.t, lq.wq[4].mask.t, s.hq.t, s.saved.t, s.h0 and s.h0.t or nil,
+                                      lq.params, d))
 end
 
 -- Text for print(model): one line per layer and direction.
