@@ -1,5 +1,5 @@
 -- repl.lua: the interactive prompt of `./qgru`. qgru and its parts (nn, optim, data, train,
--- Tensor) are preloaded as locals of the session; expressions print without `=`; tensors and
+-- quant, Tensor) are preloaded as locals of the session; expressions print without `=`; tensors and
 -- models print through their __tostring; incomplete input continues on the next line.
 local qgru = require("qgru")
 
@@ -30,8 +30,8 @@ function repl.start(opts)
   -- The session's variables live here; reading an unknown global is nil, as in plain Lua, but
   -- qgru's names are visible without a require.
   local env = setmetatable({ qgru = qgru, nn = qgru.nn, optim = qgru.optim, data = qgru.data, train = qgru.train,
-                             Tensor = qgru.Tensor }, { __index = _G })
-  output:write(string.format("qgru %s  (LuaJIT; qgru, nn, optim, data, train and Tensor are loaded; Ctrl-D quits)\n", qgru.VERSION))
+                             quant = qgru.quant, Tensor = qgru.Tensor }, { __index = _G })
+  output:write(string.format("qgru %s  (LuaJIT; qgru, nn, optim, data, train, quant and Tensor are loaded; Ctrl-D quits)\n", qgru.VERSION))
   local buffer = ""
   while true do
     output:write(buffer == "" and "qgru> " or "  ... ")
