@@ -104,8 +104,8 @@ function LayerQuant:quantizeWeights(method, percentile)
                                                    q.is_unsigned and 1 or 0, METHODS[method or q.method or "minmax"],
                                                    percentile or 99.99))
       q.method = method or q.method or "minmax"
-      q.calibrated = true
-      self.dirty = true
+      -- the C parameters point at these exponent tensors, so the tables need no rebuild
+      if not q.calibrated then q.calibrated = true; self.dirty = true end
     end
     local e = self.wq[i]
     if not e or not e.codes:sameShape(w:shape()) then
