@@ -54,13 +54,11 @@ local function qgru_doc(model)
   for _, g in ipairs(grus_of(model)) do
     local gru, layers = g.gru, {}
     for lq in gru.qstate:each() do
-      local ops = {}
       local qs = lq:quantizers()
       local order = {}
       for _, op in ipairs(config.OPS) do order[#order + 1] = op; order[#order + 1] = op_entry(qs[op]) end
       layers[#layers + 1] = json.object("layer", lq.l, "direction", lq.d == 0 and "fwd" or "bwd",
                                         "operators", json.object(unpack(order)))
-      local _ = ops
     end
     modules[#modules + 1] = json.object(
       "name", module_name(g), "input_size", gru.inputSize, "hidden_size", gru.hiddenSize, "layers", gru.layers,
