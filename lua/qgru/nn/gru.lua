@@ -10,6 +10,8 @@
 -- z, r, g (see core/qgru.h for the formulation), named "l<k>.<fwd|bwd>.<W|R|bx|br>".
 -- The C backward produces gradInput and the parameter gradients in one pass, so (as torch/rnn's
 -- SeqGRU does) updateGradInput runs it and accGradParameters only runs it when it was not run.
+-- With a quantization state attached (qgru.quant.prepare) and enabled, every layer and direction
+-- runs the integer step and its straight-through backward instead (quant/layer.lua).
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
