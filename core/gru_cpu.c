@@ -16,8 +16,7 @@
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Checks that every tensor is f32 on the CPU with the expected shape; fills T, N, C, H. */
-static qg_status check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, const qg_tensor *W,
+qg_status qg_check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, const qg_tensor *W,
                                 const qg_tensor *R, int64_t *T, int64_t *N, int64_t *C, int64_t *H) {
   QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 3, NULL));
   QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, NULL));
@@ -52,7 +51,7 @@ qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs,
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
   int64_t T, N, C, H;
-  QG_CHECK(check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
+  QG_CHECK(qg_check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
   int64_t b3[1] = {3 * H}, hsd[3] = {T + 1, N, H}, gd[3] = {T, N, 4 * H}, h0d[2] = {N, H};
   QG_CHECK(check_cpu_f32(ctx, fn, "bx", bx, 1, b3));
   QG_CHECK(check_cpu_f32(ctx, fn, "br", br, 1, b3));
@@ -113,7 +112,7 @@ qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
   int64_t T, N, C, H;
-  QG_CHECK(check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
+  QG_CHECK(qg_check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
   int64_t b3[1] = {3 * H}, hsd[3] = {T + 1, N, H}, gd[3] = {T, N, 4 * H}, nh[2] = {N, H};
   int64_t xd[3] = {T, N, C}, wd[2] = {3 * H, C}, rd[2] = {3 * H, H};
   if (!gates) return qg_fail(ctx, QG_ERR_ARG, fn, "gates is NULL: run the forward in training mode first");

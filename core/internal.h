@@ -52,6 +52,10 @@ void qg_rng_seed_state(uint64_t s[4], uint64_t seed);
 
 int64_t qg_tensor_bytes(const qg_tensor *t);
 
+/* The float GRU's arguments x [T, N, C], W [3H, C], R [3H, H]: f32, CPU; fills T, N, C, H. */
+qg_status qg_check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, const qg_tensor *W,
+                            const qg_tensor *R, int64_t *T, int64_t *N, int64_t *C, int64_t *H);
+
 /* Validates one quantizer: bitwidth 1..32, |e| <= 31, zero point on the grid. */
 qg_status qg_check_qspec(qg_ctx *ctx, const char *fn, const char *what, int bitwidth, int is_unsigned, int e, int z);
 

@@ -559,13 +559,11 @@ qg_status qg_gru_forward_stats(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tenso
                                const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse) {
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
-  QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 3, NULL));
-  QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, NULL));
-  const int64_t T = x->dims[0], N = x->dims[1], C = x->dims[2], H = R->dims[1], H3 = 3 * H;
-  int64_t wd[2] = {H3, C}, rd[2] = {H3, H}, bd[1] = {H3}, yd[3] = {T, N, -1}, nh[2] = {N, H};
+  int64_t T, N, C, H;
+  QG_CHECK(qg_check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
+  const int64_t H3 = 3 * H;
+  int64_t bd[1] = {H3}, yd[3] = {T, N, -1}, nh[2] = {N, H};
   int64_t std_[2] = {QG_Q_NUM_ACT, QG_STATS_WIDTH};
-  QG_CHECK(qg_check_tensor(ctx, fn, "W", W, QG_F32, 2, wd));
-  QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, rd));
   QG_CHECK(qg_check_tensor(ctx, fn, "bx", bx, QG_F32, 1, bd));
   QG_CHECK(qg_check_tensor(ctx, fn, "br", br, QG_F32, 1, bd));
   QG_CHECK(qg_check_tensor(ctx, fn, "y", y, QG_F32, 3, yd));

@@ -160,7 +160,11 @@ function GRU:updateOutput(input)
   for l = 0, L - 1 do
     for d = 0, D - 1 do
       local yt = self._ys[l]:select(d == 0 and T or 1)      -- [N, D*H]
-      for n = 1, N do hn:select(l * D + d + 1):select(n):copy(yt:select(n):narrow(d * H + 1, H)) end
+      if D == 1 then
+        hn:select(l + 1):copy(yt)                            -- contiguous: one copy
+      else
+        for n = 1, N do hn:select(l * D + d + 1):select(n):copy(yt:select(n):narrow(d * H + 1, H)) end
+      end
     end
   end
   self._trained_forward = training
