@@ -186,9 +186,17 @@ qg_status qg_check_tensor(qg_ctx *ctx, const char *fn, const char *arg, const qg
   return QG_OK;
 }
 
-qg_status qg_check_same_device(qg_ctx *ctx, const char *fn, const qg_tensor *a, const qg_tensor *b) {
-  if (a && b && a->device != b->device)
-    return qg_fail(ctx, QG_ERR_DEVICE, fn, "tensors on different devices (%s and %s)",
-                   a->device == QG_CUDA ? "cuda" : "cpu", b->device == QG_CUDA ? "cuda" : "cpu");
+qg_status qg_common_device(qg_ctx *ctx, const char *fn, int *device, int n, const qg_tensor *const *ts,
+                           const char *const *names) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (!ts[i]) continue;
+    if (first < 0) { first = i; continue; }
+    if (ts[i]->device != ts[first]->device)
+      return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s is on %s but %s is on %s: all tensors of one call must be on one device",
+                     names[i], ts[i]->device == QG_CUDA ? "cuda" : "cpu", names[first],
+                     ts[first]->device == QG_CUDA ? "cuda" : "cpu");
+  }
+  *device = first >= 0 ? ts[first]->device : ctx->device;
   return QG_OK;
 }

@@ -41,7 +41,6 @@ const char *qg_shape_str(char *buf, size_t n, int ndim, const int64_t *dims);
  * expected dim (-1) matches anything. */
 qg_status qg_check_tensor(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *t,
                           int dtype, int ndim, const int64_t *dims);
-qg_status qg_check_same_device(qg_ctx *ctx, const char *fn, const qg_tensor *a, const qg_tensor *b);
 
 /* Host scratch of at least nbytes (64-byte aligned), valid until the next call. Grow-only. */
 qg_status qg_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);

@@ -229,7 +229,17 @@ enum {
 };
 /* and per channel (3H rows, gate order z, r, g): */
 enum { QG_W_W = 0, QG_W_R = 1, QG_W_BX = 2, QG_W_BR = 3, QG_W_NUM = 4 };
-enum { QG_STATS_BINS = 2048, QG_STATS_WIDTH = 2052 };   /* stats row: min, max, lo, hi, counts[2048] */
+enum { QG_STATS_BINS = 2048, QG_STATS_WIDTH = 2052 };   /* WIDTH: the f64 rows of qg_stats_* below (being replaced by qg_stats) */
+/* Calibration statistics of `rows` quantizers (QUANT_SPEC.md section 5), filled by observers
+ * (the float and integer GRU forwards take a qg_stats* that is NULL when nothing is observed):
+ *   range   f64 [rows, 4]              min, max, lo, hi of each row
+ *   counts  i64 [rows, QG_STATS_BINS]  histogram counts over [lo, hi], kept when hi > lo
+ * Counts are integers and min/max do not depend on order, so every device fills them alike.
+ * The GRU forwards use one row per activation operator, indexed by QG_Q_*. */
+typedef struct qg_stats {
+  qg_tensor *range;
+  qg_tensor *counts;
+} qg_stats;
 enum { QG_CALIB_MINMAX = 0, QG_CALIB_HISTOGRAM = 1, QG_CALIB_MSE = 2, QG_CALIB_PERCENTILE = 3 };
 
 /* One per-tensor quantizer. */
