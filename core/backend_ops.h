@@ -9,3 +9,17 @@ QG_OP(linear_forward, (qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_t
 QG_OP(linear_backward, (qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *db, const qg_tensor *dy, const qg_tensor *x,
                         const qg_tensor *W),
       (ctx, dx, dW, db, dy, x, W))
+QG_OP(int_gru_quantize_weights, (qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx,
+                                 const qg_tensor *br),
+      (ctx, g, W, R, bx, br))
+QG_OP(int_gru_forward, (qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn, const qg_int_gru_saved *saved,
+                        const qg_stats *stats, const qg_tensor *x, const qg_tensor *h0, const qg_tensor *lengths, int reverse),
+      (ctx, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse))
+QG_OP(int_gru_backward, (qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
+                         qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_int_gru_saved *saved,
+                         const qg_tensor *h0, const qg_tensor *lengths, int reverse),
+      (ctx, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths, reverse))
+QG_OP(stats_add, (qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values), (ctx, stats, row, values))
+QG_OP(fake_quant, (qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x, const qg_tensor *exps,
+                   const qg_tensor *zps, int bitwidth, int is_unsigned),
+      (ctx, fq, codes, mask, x, exps, zps, bitwidth, is_unsigned))

@@ -14,58 +14,90 @@
  *   bin's midpoint is clipped (outside the grid), else 1; the lowest cost wins, a tie keeps the
  *   earlier candidate (the wider range first).
  */
-#include "internal.h"
-#include "quant_math.h"
+#include "backend.h"
+#include "stats.h"
 
 #include <float.h>
 #include <string.h>
 
-static qg_status check_stats(qg_ctx *ctx, const char *fn, const qg_tensor *stats) {
-  QG_CHECK(qg_check_tensor(ctx, fn, "stats", stats, QG_F64, 2, NULL));
-  if (stats->dims[1] != QG_STATS_WIDTH)
-    return qg_fail(ctx, QG_ERR_ARG, fn, "stats: rows must have %d entries, got %lld", QG_STATS_WIDTH, (long long)stats->dims[1]);
-  if (stats->device != QG_CPU) return qg_fail(ctx, QG_ERR_DEVICE, fn, "stats must be a cpu tensor");
+/* stats: range f64 [rows, 4] and counts i64 [rows, QG_STATS_BINS]; fills rows. */
+static qg_status check_stats(qg_ctx *ctx, const char *fn, const qg_stats *stats, int64_t *rows) {
+  if (!stats) return qg_fail(ctx, QG_ERR_ARG, fn, "stats is NULL");
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats.range", stats->range, QG_F64, 2, NULL));
+  const int64_t rd[2] = {stats->range->dims[0], 4}, cd[2] = {stats->range->dims[0], QG_STATS_BINS};
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats.range", stats->range, QG_F64, 2, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats.counts", stats->counts, QG_I64, 2, cd));
+  const qg_tensor *ts[] = {stats->range, stats->counts};
+  const char *names[] = {"stats.range", "stats.counts"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 2, ts, names));
+  *rows = rd[0];
   return QG_OK;
 }
 
-static void row_reset(double *row) {
-  row[0] = INFINITY; row[1] = -INFINITY; row[2] = row[3] = 0;
-  memset(row + 4, 0, QG_STATS_BINS * sizeof(double));
+/* Reads every row's range into host memory (workspace), whatever the device. */
+static qg_status ranges_to_host(qg_ctx *ctx, const char *fn, const qg_stats *stats, int64_t rows, double **out) {
+  QG_CHECK(qg_workspace(ctx, fn, rows * 4 * (int64_t)sizeof(double), (void **)out));
+  return qg_copy_to_host(ctx, *out, stats->range, rows * 4 * (int64_t)sizeof(double));
 }
 
-static void row_begin_hist(double *row) {
-  double lo = row[0] < 0 ? row[0] : 0, hi = row[1] > 0 ? row[1] : 0;
-  if (!(row[0] <= row[1])) lo = hi = 0;   /* nothing seen */
-  if (hi <= lo) hi = lo + 1e-30;          /* all zeros: a tiny range keeps the counts */
-  row[2] = lo; row[3] = hi;
-  memset(row + 4, 0, QG_STATS_BINS * sizeof(double));
+static void range_reset(double *r) { r[0] = INFINITY; r[1] = -INFINITY; r[2] = r[3] = 0; }
+
+static void range_begin_hist(double *r) {
+  double lo = r[0] < 0 ? r[0] : 0, hi = r[1] > 0 ? r[1] : 0;
+  if (!(r[0] <= r[1])) lo = hi = 0;   /* nothing seen */
+  if (hi <= lo) hi = lo + 1e-30;      /* all zeros: a tiny range keeps the counts */
+  r[2] = lo; r[3] = hi;
 }
 
-qg_status qg_stats_reset(qg_ctx *ctx, qg_tensor *stats) {
-  if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(check_stats(ctx, __func__, stats));
-  for (int64_t r = 0; r < stats->dims[0]; r++) row_reset((double *)stats->data + r * QG_STATS_WIDTH);
-  return QG_OK;
-}
-
-qg_status qg_stats_begin_histogram(qg_ctx *ctx, qg_tensor *stats) {
-  if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(check_stats(ctx, __func__, stats));
-  for (int64_t r = 0; r < stats->dims[0]; r++) row_begin_hist((double *)stats->data + r * QG_STATS_WIDTH);
-  return QG_OK;
-}
-
-qg_status qg_stats_add(qg_ctx *ctx, qg_tensor *stats, int row, const qg_tensor *values) {
+qg_status qg_stats_reset(qg_ctx *ctx, const qg_stats *stats) {
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
-  QG_CHECK(check_stats(ctx, fn, stats));
-  if (row < 0 || row >= stats->dims[0]) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)stats->dims[0]);
+  int64_t rows = 0;
+  QG_CHECK(check_stats(ctx, fn, stats, &rows));
+  double *r;
+  QG_CHECK(qg_workspace(ctx, fn, rows * 4 * (int64_t)sizeof(double), (void **)&r));
+  for (int64_t i = 0; i < rows; i++) range_reset(r + 4 * i);
+  QG_CHECK(qg_copy_from_host(ctx, stats->range, r, rows * 4 * (int64_t)sizeof(double)));
+  return qg_fill(ctx, stats->counts, 0.0);
+}
+
+qg_status qg_stats_begin_histogram(qg_ctx *ctx, const qg_stats *stats) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  int64_t rows = 0;
+  QG_CHECK(check_stats(ctx, fn, stats, &rows));
+  double *r;
+  QG_CHECK(ranges_to_host(ctx, fn, stats, rows, &r));
+  for (int64_t i = 0; i < rows; i++) range_begin_hist(r + 4 * i);
+  QG_CHECK(qg_copy_from_host(ctx, stats->range, r, rows * 4 * (int64_t)sizeof(double)));
+  return qg_fill(ctx, stats->counts, 0.0);
+}
+
+qg_status qg_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  int64_t rows = 0;
+  QG_CHECK(check_stats(ctx, fn, stats, &rows));
+  if (row < 0 || row >= rows) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)rows);
   QG_CHECK(qg_check_tensor(ctx, fn, "values", values, -1, -1, NULL));
-  if (values->device != QG_CPU) return qg_fail(ctx, QG_ERR_DEVICE, fn, "values must be a cpu tensor");
-  double *rp = (double *)stats->data + (int64_t)row * QG_STATS_WIDTH;
-  if (values->dtype == QG_F32) for (int64_t i = 0; i < values->numel; i++) qg_stats_row_add(rp, ((const float *)values->data)[i]);
-  else if (values->dtype == QG_F64) for (int64_t i = 0; i < values->numel; i++) qg_stats_row_add(rp, ((const double *)values->data)[i]);
-  else return qg_fail(ctx, QG_ERR_ARG, fn, "values: expected f32 or f64, got %s", qg_dtype_name(values->dtype));
+  if (values->dtype != QG_F32 && values->dtype != QG_F64)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "values: expected f32 or f64, got %s", qg_dtype_name(values->dtype));
+  const qg_tensor *ts[] = {stats->range, values};
+  const char *names[] = {"stats", "values"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 2, ts, names));
+  return QG_DISPATCH(ctx, dev, stats_add, stats, row, values);
+}
+
+qg_status qg_cpu_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values) {
+  (void)ctx;
+  double *range = (double *)stats->range->data + 4 * (int64_t)row;
+  int64_t *counts = (int64_t *)stats->counts->data + (int64_t)QG_STATS_BINS * row;
+  if (values->dtype == QG_F32)
+    for (int64_t i = 0; i < values->numel; i++) qg_stats_observe(range, counts, ((const float *)values->data)[i]);
+  else
+    for (int64_t i = 0; i < values->numel; i++) qg_stats_observe(range, counts, ((const double *)values->data)[i]);
   return QG_OK;
 }
 
@@ -98,7 +130,7 @@ static void minmax_rule(double lo, double hi, int bits, int sym, int uns, int32_
   *z = (int32_t)clamp_z(g.qmin - (int64_t)nearbyint(ldexp(lo, ee)), g);
 }
 
-static double search_cost(const double *row, const int *nz, int nnz, qg_qp q, double clip_weight) {
+static double search_cost(const double *row, const int64_t *counts, const int *nz, int nnz, qg_qp q, double clip_weight) {
   double lo = row[2], w = (row[3] - row[2]) / QG_STATS_BINS, cost = 0;
   for (int k = 0; k < nnz; k++) {
     int b = nz[k];
@@ -106,13 +138,13 @@ static double search_cost(const double *row, const int *nz, int nnz, qg_qp q, do
     int m;
     double fq = qg_deq(qg_quant_real(mid, q, &m), q);
     double d = mid - fq;
-    cost += row[4 + b] * (m ? 1.0 : clip_weight) * d * d;
+    cost += (double)counts[b] * (m ? 1.0 : clip_weight) * d * d;
   }
   return cost;
 }
 
 /* (e, z) of one statistics row. */
-static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int bits, int sym, int uns, int method,
+static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, const int64_t *counts, int bits, int sym, int uns, int method,
                            double pct, int32_t *e, int32_t *z, double *cost) {
   *cost = 0;
   double lo = row[0], hi = row[1];
@@ -122,15 +154,15 @@ static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int b
   if (!has_hist)
     return qg_fail(ctx, QG_ERR_ARG, fn, "method %d needs a histogram (qg_stats_begin_histogram, then a second pass)", method);
   double total = 0;
-  for (int b = 0; b < QG_STATS_BINS; b++) total += row[4 + b];
+  for (int b = 0; b < QG_STATS_BINS; b++) total += (double)counts[b];
   double bw = (row[3] - row[2]) / QG_STATS_BINS;
   if (method == QG_CALIB_PERCENTILE) {
     if (!(pct > 50 && pct <= 100)) return qg_fail(ctx, QG_ERR_ARG, fn, "percentile must be in (50, 100], got %g", pct);
     double tail = total * (100.0 - pct) / 200.0, cum = 0;
     int bl = 0, bh = QG_STATS_BINS - 1;
-    for (bl = 0; bl < QG_STATS_BINS; bl++) { cum += row[4 + bl]; if (cum > tail) break; }
+    for (bl = 0; bl < QG_STATS_BINS; bl++) { cum += (double)counts[bl]; if (cum > tail) break; }
     cum = 0;
-    for (bh = QG_STATS_BINS - 1; bh >= 0; bh--) { cum += row[4 + bh]; if (cum > tail) break; }
+    for (bh = QG_STATS_BINS - 1; bh >= 0; bh--) { cum += (double)counts[bh]; if (cum > tail) break; }
     double plo = row[2] + bl * bw, phi = row[2] + (bh + 1) * bw;
     if (plo < lo) plo = lo;
     if (phi > hi) phi = hi;
@@ -145,7 +177,7 @@ static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int b
   if (hi < 0) hi = 0;
   if (!(hi > lo)) { *e = e0; *z = z0; return QG_OK; }   /* degenerate */
   int nz[QG_STATS_BINS], nnz = 0;
-  for (int b = 0; b < QG_STATS_BINS; b++) if (row[4 + b] > 0) nz[nnz++] = b;
+  for (int b = 0; b < QG_STATS_BINS; b++) if (counts[b] > 0) nz[nnz++] = b;
   qg_qp g = qg_qp_make(bits, uns, 0, 0);
   double best = DBL_MAX;
   int32_t be = e0, bz = z0;
@@ -163,7 +195,7 @@ static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int b
         prev_z = zz;
       }
       qg_qp q = qg_qp_make(bits, uns, ee, (int32_t)zz);
-      double c = search_cost(row, nz, nnz, q, clip_w);
+      double c = search_cost(row, counts, nz, nnz, q, clip_w);
       if (c < best) { best = c; be = ee; bz = (int32_t)zz; }
     }
   }
@@ -172,16 +204,26 @@ static qg_status calibrate(qg_ctx *ctx, const char *fn, const double *row, int b
 }
 
 qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, double *cost,
-                           const qg_tensor *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
+                           const qg_stats *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
                            int method, double percentile) {
   if (!ctx) return QG_ERR_ARG;
   const char *fn = __func__;
   if (!exp2_inv || !zero_point || !cost) return qg_fail(ctx, QG_ERR_ARG, fn, "NULL output");
-  QG_CHECK(check_stats(ctx, fn, stats));
-  if (row < 0 || row >= stats->dims[0]) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)stats->dims[0]);
+  int64_t rows = 0;
+  QG_CHECK(check_stats(ctx, fn, stats, &rows));
+  if (row < 0 || row >= rows) return qg_fail(ctx, QG_ERR_ARG, fn, "row %d outside [0, %lld)", row, (long long)rows);
   if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
-  return calibrate(ctx, fn, (const double *)stats->data + (int64_t)row * QG_STATS_WIDTH, bitwidth, is_symmetric, is_unsigned,
-                   method, percentile, exp2_inv, zero_point, cost);
+  /* the search runs on the host: one row copied out, whatever the device */
+  char *host;
+  const int64_t rb = 4 * (int64_t)sizeof(double), cbytes = QG_STATS_BINS * (int64_t)sizeof(int64_t);
+  QG_CHECK(qg_workspace(ctx, fn, rb + cbytes, (void **)&host));
+  qg_tensor rv = *stats->range, cv = *stats->counts;
+  rv.data = (char *)rv.data + row * rb; rv.numel = 4; rv.ndim = 1; rv.dims[0] = 4;
+  cv.data = (char *)cv.data + row * cbytes; cv.numel = QG_STATS_BINS; cv.ndim = 1; cv.dims[0] = QG_STATS_BINS;
+  QG_CHECK(qg_copy_to_host(ctx, host, &rv, rb));
+  QG_CHECK(qg_copy_to_host(ctx, host + rb, &cv, cbytes));
+  return calibrate(ctx, fn, (const double *)host, (const int64_t *)(host + rb), bitwidth, is_symmetric, is_unsigned, method,
+                   percentile, exp2_inv, zero_point, cost);
 }
 
 qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
@@ -197,19 +239,22 @@ qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, co
     return qg_fail(ctx, QG_ERR_DEVICE, fn, "w, exps and zps must be cpu tensors");
   if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
   double *row;
-  QG_CHECK(qg_workspace(ctx, fn, QG_STATS_WIDTH * (int64_t)sizeof(double), (void **)&row));
+  QG_CHECK(qg_workspace(ctx, fn, 4 * (int64_t)sizeof(double) + QG_STATS_BINS * (int64_t)sizeof(int64_t), (void **)&row));
+  int64_t *counts = (int64_t *)(row + 4);
   const float *wp = (const float *)w->data;
   int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
   for (int64_t r = 0; r < rows; r++) {
-    row_reset(row);
-    for (int64_t c = 0; c < cols; c++) qg_stats_row_add(row, wp[r * cols + c]);
+    range_reset(row);
+    memset(counts, 0, QG_STATS_BINS * sizeof(int64_t));
+    for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);
     if (method != QG_CALIB_MINMAX) {
-      row_begin_hist(row);
-      for (int64_t c = 0; c < cols; c++) qg_stats_row_add(row, wp[r * cols + c]);
+      range_begin_hist(row);
+      memset(counts, 0, QG_STATS_BINS * sizeof(int64_t));
+      for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);
     }
     double cost;
     int32_t e, z;
-    QG_CHECK(calibrate(ctx, fn, row, bitwidth, is_symmetric, is_unsigned, method, percentile, &e, &z, &cost));
+    QG_CHECK(calibrate(ctx, fn, row, counts, bitwidth, is_symmetric, is_unsigned, method, percentile, &e, &z, &cost));
     ep[r] = e; zp[r] = z;
   }
   return QG_OK;

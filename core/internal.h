@@ -70,20 +70,6 @@ qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes,
 qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes);
 qg_status qg_dev_synchronize(qg_ctx *ctx);
 
-/* Adds v to a calibration statistics row (min, max, lo, hi, counts[QG_STATS_BINS]): min/max
- * always, and the histogram count when the row has a range (hi > lo); values outside [lo, hi]
- * count in the edge bins; NaN is ignored. */
-static inline void qg_stats_row_add(double *row, double v) {
-  if (v != v) return;
-  if (v < row[0]) row[0] = v;
-  if (v > row[1]) row[1] = v;
-  if (row[3] > row[2]) {
-    double f = (v - row[2]) / (row[3] - row[2]) * QG_STATS_BINS;
-    int b = f < 0 ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
-    row[4 + b] += 1;
-  }
-}
-
 #define QG_CHECK(expr) do { qg_status s_ = (expr); if (s_ != QG_OK) return s_; } while (0)
 
 #ifdef __cplusplus

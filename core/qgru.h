@@ -38,7 +38,7 @@ extern "C" {
 
 /* QGRU_CDEF_BEGIN */
 
-enum { QGRU_ABI_VERSION = 2 };
+enum { QGRU_ABI_VERSION = 3 };
 enum { QG_MAX_DIMS = 4 };
 
 typedef enum {
@@ -229,7 +229,7 @@ enum {
 };
 /* and per channel (3H rows, gate order z, r, g): */
 enum { QG_W_W = 0, QG_W_R = 1, QG_W_BX = 2, QG_W_BR = 3, QG_W_NUM = 4 };
-enum { QG_STATS_BINS = 2048, QG_STATS_WIDTH = 2052 };   /* WIDTH: the f64 rows of qg_stats_* below (being replaced by qg_stats) */
+enum { QG_STATS_BINS = 2048 };
 /* Calibration statistics of `rows` quantizers (QUANT_SPEC.md section 5), filled by observers
  * (the float and integer GRU forwards take a qg_stats* that is NULL when nothing is observed):
  *   range   f64 [rows, 4]              min, max, lo, hi of each row
@@ -250,21 +250,21 @@ typedef struct qg_qspec {
   int32_t zero_point;
 } qg_qspec;
 
-/* Everything the quantized step of one layer and direction needs besides its tensors.
- *   act[QG_Q_*]      the 13 activation quantizers
- *   w_bits, w_unsigned, w_exp, w_zp   per-channel weight quantizers: w_exp/w_zp are i32 [3H]
- *   lut[0..2]        i32 tables for z_out, r_out, g_out (qg_qgru_build_lut); NULL when the
- *                    pre-activation has more than 16 bits (then f is evaluated directly in double,
- *                    the same function, but not integer-deployable)
- * The caller keeps every tensor alive while the struct is in use. */
-typedef struct qg_qgru_params {
-  qg_qspec act[13];
-  int32_t w_bits[4];
-  int32_t w_unsigned[4];
-  const qg_tensor *w_exp[4];
-  const qg_tensor *w_zp[4];
-  const qg_tensor *lut[3];
-} qg_qgru_params;
+/* ---- operators, grids, rounding: the one definition the Lua side reads -----------------------
+ * The 17 operators in the seed config's order: i in 0..QG_NUM_OPS-1. *slot gets the QG_Q_* index of
+ * an activation operator or the QG_W_* index of a weight operator, *is_weight which of the two.
+ * qg_op_lookup also accepts the aliases weight.bx (= weight.bw) and input.h (= output.h) and
+ * returns QG_ERR_NOT_FOUND for other names. qg_act_name(QG_Q_*) and qg_weight_name(QG_W_*) name
+ * the slots. */
+enum { QG_NUM_OPS = 17, QG_LUT_MAX_BITS = 16 };
+const char *qg_op_name(int i);
+qg_status qg_op_lookup(qg_ctx *ctx, const char *name, int *index, int *is_weight, int *slot);
+const char *qg_act_name(int op);
+const char *qg_weight_name(int w);
+/* Round half to even of x (the one rounding rule), as a double holding an integer. */
+double qg_round_half_even(double x);
+/* (e, z) of a fixed-range activation output: fn 0 sigmoid [0, 1), 1 tanh [-1, 1). */
+qg_status qg_fixed_range(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, int fn, int bitwidth, int is_unsigned);
 
 /* Grid of a quantizer; fails for a bitwidth outside 1..32. */
 qg_status qg_quant_grid(qg_ctx *ctx, int bitwidth, int is_unsigned, int64_t *qmin, int64_t *qmax);
@@ -279,65 +279,88 @@ qg_status qg_requant_scalar(qg_ctx *ctx, int64_t *q, int *in_range, int64_t v, i
 qg_status qg_fake_quant(qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x,
                         const qg_tensor *exps, const qg_tensor *zps, int bitwidth, int is_unsigned);
 
-/* Activation table: lut i32 [2 * 2^bits(pre)]: lut[q - qmin(pre)] = quant_out(f(deq_pre(q))) and
- * lut[2^bits(pre) + q - qmin(pre)] = its in-range mask; f in double; fn 0 = sigmoid, 1 = tanh.
- * pre must have at most 16 bits. */
-qg_status qg_qgru_build_lut(qg_ctx *ctx, qg_tensor *lut, const qg_qspec *pre, const qg_qspec *out, int fn);
+/* Activation table: lut i32 [2 * 2^bits(pre)] on the host: lut[q - qmin(pre)] = quant_out(f(deq_pre(q)))
+ * and lut[2^bits(pre) + q - qmin(pre)] = its in-range mask; f in double; fn 0 = sigmoid, 1 = tanh.
+ * pre must have at most QG_LUT_MAX_BITS bits. (The layer builds its own; this is for export and tests.) */
+qg_status qg_build_act_table(qg_ctx *ctx, qg_tensor *lut, const qg_qspec *pre, const qg_qspec *out, int fn);
 
-/* Bytes of saved state per (step, batch element, hidden unit) for the STE backward:
- * codes of z_pre, r_pre, g_pre and Rh_g + br_g (2 bytes each when all four have <= 16 bits,
- * else 4) plus one 32-bit word of mask bits. */
-int qg_qgru_saved_bytes(const qg_qgru_params *p);
+/* ---- the integer GRU layer (QUANT_SPEC.md sections 3 and 4) -----------------------------------
+ * One handle per layer and direction, living on the context's device. It holds the resolved
+ * quantizers, the activation tables of the forward and the value / derivative tables of the
+ * backward (rebuilt once after a quantizer they depend on changes, never per call), and the
+ * weight codes, fake-quantized weights and masks of the weights its last forward was given.
+ * Setters validate everything and change nothing on failure. The forward is the integer step
+ * (the QAT forward is integer inference by construction); the backward is the clipped STE.
+ * GEMMs with operands of <= 16 bits are exact; wider operands are simulated in double and
+ * pre-activations above 16 bits evaluate f in double (both not integer-deployable). */
+typedef struct qg_int_gru qg_int_gru;
+/* C inputs, H hidden units (each 1..2^20). */
+qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, int64_t hidden_size);
+void qg_int_gru_free(qg_int_gru *g);                     /* NULL is allowed */
+/* Activation quantizer op (QG_Q_*). gate.z_out needs exp2_inv >= 0 (1 - z is 2^e - (q - z)). */
+qg_status qg_int_gru_set_act(qg_ctx *ctx, qg_int_gru *g, int op, const qg_qspec *spec);
+/* Weight quantizer w (QG_W_*), per channel: exps and zps i32 [3H] (cpu tensors), rows in gate order. */
+qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
+                                      const qg_tensor *exps, const qg_tensor *zps);
+/* 1 when every quantizer has been set; else 0 and *missing names the first unset one. */
+int qg_int_gru_ready(const qg_int_gru *g, const char **missing);
+/* Bytes of saved cell state per (step, batch row, unit): codes of z_pre, r_pre, g_pre and
+ * Rh_g + br_g (2 bytes each when all four have <= 16 bits, else 4) plus a 32-bit mask word. */
+int qg_int_gru_cell_bytes(const qg_int_gru *g);
+/* The weight quantizers applied to W [3H, C], R [3H, H], bx [3H], br [3H] (f32): the layer keeps
+ * the codes, fake-quantized values and masks (the forward does this itself). */
+qg_status qg_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
+                                      const qg_tensor *bx, const qg_tensor *br);
+/* Copies weight w's (QG_W_*) codes (i32), fake-quantized values (f32) and masks (u8), shaped like
+ * the weight, into caller tensors on any device; each may be NULL. */
+qg_status qg_int_gru_weights(qg_ctx *ctx, const qg_int_gru *g, int w, qg_tensor *codes, qg_tensor *fq, qg_tensor *mask);
 
-/* The quantized GRU step of QUANT_SPEC.md section 3, one layer and one direction, all T steps.
- *   y      f32 [T, N, Hy]  out: columns [y_offset, y_offset + H) get deq_h(q_h) per step
- *   hq     i32 [T+1, N, H] out: output.h codes in processing order (hq[0] = quant_h(h0), 0 -> code of 0)
- *   saved  u8 [T, N, H, qg_qgru_saved_bytes(p)] out, for the backward; NULL at inference
- *   xq     i32 [T, N, C]   out: input.x codes (for the backward); NULL at inference
- *   xmask  u8 [T, N, C]    out: input.x in-range masks; NULL at inference
- *   stats  f64 [13, QG_STATS_WIDTH] or NULL: each operator's real value before its quantizer is
- *          added (min, max; and counts over [lo, hi] when hi > lo; see qg_stats_*)
- *   x f32 [T, N, C]; Wq, Rq i32 [3H, C], [3H, H] and bxq, brq i32 [3H]: weight codes (qg_fake_quant);
- *   h0 f32 [N, H] or NULL; reverse as in qg_gru_forward.
- * GEMMs with operands of <= 16 bits are exact (integer values in fp64, |sums| < 2^53); wider
- * operands are simulated in double. Alignment sums use 128-bit integers. */
-qg_status qg_qgru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hq, qg_tensor *saved,
-                          qg_tensor *xq, qg_tensor *xmask, qg_tensor *stats,
-                          const qg_tensor *x, const qg_tensor *Wq, const qg_tensor *Rq,
-                          const qg_tensor *bxq, const qg_tensor *brq, const qg_tensor *h0,
-                          const qg_qgru_params *p, int reverse);
-/* Straight-through backward of QUANT_SPEC.md section 4 (float32).
- *   dx [T, N, C] ACCUMULATED (masked by input.x); dW, dR, dbx, dbr ACCUMULATED (masked by the weight
- *   masks); dh0 [N, H] OVERWRITTEN (masked by output.h on h0), or NULL; dy, y_offset, dhn as in
- *   qg_gru_backward.  Wfq, Rfq f32: the fake-quantized weights; Wmask, Rmask, bxmask, brmask u8
- *   (from qg_fake_quant); xq, xmask, hq, saved from the forward; h0 as given to the forward. */
-qg_status qg_qgru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                           qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
-                           const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
-                           const qg_tensor *xq, const qg_tensor *xmask, const qg_tensor *Wfq, const qg_tensor *Rfq,
-                           const qg_tensor *Wmask, const qg_tensor *Rmask, const qg_tensor *bxmask,
-                           const qg_tensor *brmask, const qg_tensor *hq, const qg_tensor *saved,
-                           const qg_tensor *h0, const qg_qgru_params *p, int reverse);
+/* What a training forward keeps for the backward (caller-owned, on the layer's device):
+ *   hq     i32 [T+1, N, H]  output.h codes in processing order (hq[0] = codes of h0, or of 0)
+ *   cell   u8 [T, N, H, qg_int_gru_cell_bytes(g)]  per-unit codes and mask bits
+ *   xq     i32 [T, N, C]  input.x codes        xmask  u8 [T, N, C]  input.x in-range masks */
+typedef struct qg_int_gru_saved {
+  qg_tensor *hq;
+  qg_tensor *cell;
+  qg_tensor *xq;
+  qg_tensor *xmask;
+} qg_int_gru_saved;
 
-/* Float GRU forward (as qg_gru_forward, no saved state) that adds every operator's float value to
- * stats f64 [13, QG_STATS_WIDTH]: calibration pass 1 (float recurrence). */
-qg_status qg_gru_forward_stats(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *stats,
-                               const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
-                               const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse);
+/* Forward of one layer and direction over T steps.
+ *   y      f32 [T, N, Hy]  out: columns [y_offset, y_offset + H) get deq_h(q_h) at valid steps, 0 at
+ *                          padded ones (t >= lengths[n])
+ *   hn     f32 [N, H] or NULL   out: the dequantized final state (after lengths[n] steps)
+ *   saved  as above when training (the backward needs it); NULL at inference
+ *   stats  NULL, or the observer of QG_Q_NUM_ACT rows: each operator's real value before its
+ *          quantizer, at valid steps only
+ *   x f32 [T, N, C]; W, R, bx, br f32 (float weights, quantized here); h0 f32 [N, H] or NULL;
+ *   lengths NULL or i64 [N] in 1..T; reverse as in qg_gru_forward (same variable-length rules). */
+qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                             const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
+                             const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
+                             const qg_tensor *h0, const qg_tensor *lengths, int reverse);
+/* Straight-through backward of QUANT_SPEC.md section 4 (float32), after a training forward.
+ *   dx [T, N, C] ACCUMULATED (masked by input.x), or NULL; dW, dR, dbx, dbr ACCUMULATED (masked by
+ *   the weight masks); dh0 [N, H] OVERWRITTEN (masked by output.h on h0), or NULL;
+ *   dy [T, N, Hy] (columns [y_offset, y_offset + H)) or NULL; dhn [N, H] or NULL;
+ *   saved, h0, lengths, reverse as given to the forward. */
+qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                              const qg_tensor *lengths, int reverse);
 
 /* ---- calibration statistics and methods (QUANT_SPEC.md section 5) ---------------------------
- * A stats row is f64 [QG_STATS_WIDTH]: min, max, lo, hi, then 2048 counts over [lo, hi].
- * qg_stats_reset: min = +inf, max = -inf, lo = hi = 0 (min/max mode).
+ * qg_stats_reset: min = +inf, max = -inf, lo = hi = 0 (min/max mode), counts zeroed.
  * qg_stats_begin_histogram: lo, hi = the row's min, max (widened to include 0), counts zeroed;
- * later additions are also counted (values outside [lo, hi] go to the edge bins).
- * qg_stats_add: adds the values of an f32 or f64 tensor to row `row` of stats [rows, WIDTH]. */
-qg_status qg_stats_reset(qg_ctx *ctx, qg_tensor *stats);
-qg_status qg_stats_begin_histogram(qg_ctx *ctx, qg_tensor *stats);
-qg_status qg_stats_add(qg_ctx *ctx, qg_tensor *stats, int row, const qg_tensor *values);
+ * later observations are also counted (values outside [lo, hi] go to the edge bins).
+ * qg_stats_add: observes the values of an f32 or f64 tensor in row `row`. */
+qg_status qg_stats_reset(qg_ctx *ctx, const qg_stats *stats);
+qg_status qg_stats_begin_histogram(qg_ctx *ctx, const qg_stats *stats);
+qg_status qg_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values);
 /* Chooses (e, z) for a quantizer from a stats row (method QG_CALIB_*; percentile in (50, 100]).
  * *cost receives the method's cost of the choice (0 for minmax and percentile). */
 qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, double *cost,
-                           const qg_tensor *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
+                           const qg_stats *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
                            int method, double percentile);
 /* Per-channel calibration of weights w [rows, cols] or [rows] from their values: exps, zps i32 [rows]. */
 qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,

@@ -1,8 +1,11 @@
 -- nn/gru.lua: the GRU module: multi-layer, optionally bidirectional, optional initial state.
 --
 --   nn.GRU(inputSize, hiddenSize, {layers = 1, bidirectional = false, batch_first = false})
---   forward(x) or forward({x, h0}):  x [T, N, C] (or [N, T, C] with batch_first),
---                                    h0 [layers * dirs, N, H]
+--   forward(x), forward({x, h0}), forward({x, lengths = L}) or forward({x, h0, lengths = L}):
+--     x [T, N, C] (or [N, T, C] with batch_first), h0 [layers * dirs, N, H],
+--     L: per-row lengths, an i64 [N] tensor or a Lua array, each in 1..T (as PyTorch's
+--     pack_padded_sequence): steps at or beyond a row's length keep its state and give zero output
+--     and zero gradient; the reverse direction starts at each row's last valid step.
 --   output [T, N, dirs * H] (fwd then bwd halves); self.h_n [layers * dirs, N, H]
 --   gradInput: dx, or {dx, dh0} when h0 was given.
 --
@@ -11,7 +14,7 @@
 -- The C backward produces gradInput and the parameter gradients in one pass, so (as torch/rnn's
 -- SeqGRU does) updateGradInput runs it and accGradParameters only runs it when it was not run.
 -- With a quantization state attached (qgru.quant.prepare) and enabled, every layer and direction
--- runs the integer step and its straight-through backward instead (quant/layer.lua).
+-- runs the integer step and its straight-through backward instead (quant/gru_state.lua).
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
@@ -89,10 +92,44 @@ end
 
 local function split_input(self, input)
   if type(input) == "table" and getmetatable(input) ~= Tensor then
-    if #input ~= 2 then self:fail("input: expected a tensor x or a table {x, h0}, got a table of %d entries", #input) end
-    return input[1], input[2]
+    for k in pairs(input) do
+      if k ~= 1 and k ~= 2 and k ~= "lengths" then
+        self:fail("input: unexpected key '%s' (expected {x}, {x, h0}, with an optional lengths = L)", tostring(k))
+      end
+    end
+    if input[1] == nil then self:fail("input: the table has no x (expected {x, h0} or {x, lengths = L})") end
+    return input[1], input[2], input.lengths
   end
-  return input, nil
+  return input, nil, nil
+end
+
+-- Per-row lengths as an i64 [N] tensor on the device, each checked to be in 1..T.
+function GRU:_lengths(L, T, N, dev)
+  if L == nil then return nil end
+  local vals = {}
+  if getmetatable(L) == Tensor then
+    if L:dim() ~= 1 or L:size(1) ~= N then
+      self:fail("lengths: expected %d entries (one per batch row), got shape [%s]", N, table.concat(L:shape(), ", "))
+    end
+    local p = L:to("cpu"):to("i64"):ptr()
+    for n = 1, N do vals[n] = tonumber(p[n - 1]) end
+  elseif type(L) == "table" then
+    if #L ~= N then self:fail("lengths: expected %d entries (one per batch row), got %d", N, #L) end
+    vals = L
+  else
+    self:fail("lengths: expected an i64 tensor or a Lua array, got %s", type(L))
+  end
+  for n = 1, N do
+    local v = vals[n]
+    if type(v) ~= "number" or v % 1 ~= 0 or v < 1 or v > T then
+      self:fail("lengths[%d] = %s: every length must be an integer in 1..T = %d", n, tostring(v), T)
+    end
+  end
+  local t = self:buffer("_lengths", { N }, "cpu", "i64")
+  local p = t:ptr()
+  for n = 1, N do p[n - 1] = vals[n] end
+  if dev ~= "cpu" then t = self:buffer("_lengths_dev", { N }, dev, "i64"):copy(t) end
+  return t
 end
 
 -- x in time-major layout (a transposed copy when batch_first), after checking its shape.
@@ -109,22 +146,25 @@ function GRU:_timeMajor(x)
 end
 
 -- The float step of one layer and direction (the quantized one is GRUQuant:forwardLayer).
-function GRU:_forwardLayer(ctx, l, d, y, inp, h0v, training)
+-- hn [N, H] gets the final state (hs[T]: after lengths[n] steps).
+function GRU:_forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
   local key = l * self.dirs + d
   local T, N, H = inp:size(1), inp:size(2), self.hiddenSize
   local hs = self:buffer("_hs" .. key, { T + 1, N, H }, inp:device())
   local gates = training and self:buffer("_gates" .. key, { T, N, 4 * H }, inp:device()) or nil
   self._hs[key], self._gates[key] = hs, gates
   local w = self.weights[l][d]
-  self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
-                                     w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+  self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, nil, inp.t, w.W.t, w.R.t,
+                                     w.bx.t, w.br.t, h0v and h0v.t or nil, lengths and lengths.t or nil, d))
+  hn:copy(hs:select(T + 1))
 end
 
-function GRU:_backwardLayer(ctx, l, d, dx, dy, dh0v, inp)
+function GRU:_backwardLayer(ctx, l, d, dx, dy, dh0v, inp, lengths)
   local key = l * self.dirs + d
   local w, g = self.weights[l][d], self.grads[l][d]
   self:ccall(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dy.t, d * self.hiddenSize,
-                                      nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
+                                      nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t,
+                                      lengths and lengths.t or nil, d))
 end
 
 -- The quantization state when it is attached and enabled (then it runs each layer's step).
@@ -134,38 +174,32 @@ function GRU:_quant()
 end
 
 function GRU:updateOutput(input)
-  local x, h0 = split_input(self, input)
+  local x, h0, lens = split_input(self, input)
   local xt = self:_timeMajor(x)
   local T, N = xt:size(1), xt:size(2)
   local H, D, L = self.hiddenSize, self.dirs, self.layers
   local dev = xt:device()
   if h0 then self:checkInput(h0, { L * D, N, H }, nil, "h0") end
+  local lengths = self:_lengths(lens, T, N, dev)
+  self._lengths_used = lengths
   local q = self:_quant()
   if q then q:check(xt) end
   local training = self.train and not (q and q:calibrating())
   local ctx = clib.context(dev)
   self._hs, self._gates, self._ys = self._hs or {}, self._gates or {}, self._ys or {}
+  -- h_n [L*D, N, H]: each layer and direction writes its final state into its slice
+  local hn = self:buffer("h_n", { L * D, N, H }, dev)
   local inp = xt
   for l = 0, L - 1 do
     local y = self:buffer("_y" .. l, { T, N, D * H }, dev)
     self._ys[l] = y
     for d = 0, D - 1 do
       local h0v = h0 and h0:select(l * D + d + 1) or nil
-      if q then q:forwardLayer(ctx, l, d, y, inp, h0v, training) else self:_forwardLayer(ctx, l, d, y, inp, h0v, training) end
+      local hnv = hn:select(l * D + d + 1)
+      if q then q:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training)
+      else self:_forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training) end
     end
     inp = y
-  end
-  -- h_n: the final state of every layer and direction (fwd at time T, bwd at time 1).
-  local hn = self:buffer("h_n", { L * D, N, H }, dev)
-  for l = 0, L - 1 do
-    for d = 0, D - 1 do
-      local yt = self._ys[l]:select(d == 0 and T or 1)      -- [N, D*H]
-      if D == 1 then
-        hn:select(l + 1):copy(yt)                            -- contiguous: one copy
-      else
-        for n = 1, N do hn:select(l * D + d + 1):select(n):copy(yt:select(n):narrow(d * H + 1, H)) end
-      end
-    end
   end
   self._trained_forward = training
   self._forward_kind = q and "quant" or "float"
@@ -186,6 +220,7 @@ function GRU:_backward(input, gradOutput, scale)
     self:fail("the forward ran %s but quantization is now %s: run the forward again", self._forward_kind, q and "on" or "off")
   end
   local x, h0 = split_input(self, input)
+  local lengths = self._lengths_used
   local xt = self.batch_first and self._x_tm or x
   local T, N = xt:size(1), xt:size(2)
   local H, D, L = self.hiddenSize, self.dirs, self.layers
@@ -206,7 +241,7 @@ function GRU:_backward(input, gradOutput, scale)
     local dyl = l == L - 1 and dy or self["_dy" .. l]
     for d = 0, D - 1 do
       local dh0v = dh0 and dh0:select(l * D + d + 1) or nil
-      if q then q:backwardLayer(ctx, l, d, dx, dyl, dh0v) else self:_backwardLayer(ctx, l, d, dx, dyl, dh0v, inp) end
+      if q then q:backwardLayer(ctx, l, d, dx, dyl, dh0v) else self:_backwardLayer(ctx, l, d, dx, dyl, dh0v, inp, lengths) end
     end
   end
   if self.batch_first then dx = dx:transpose01(self:buffer("_dx_bf", { N, T, self.inputSize }, dev)) end
@@ -237,7 +272,7 @@ end
 function GRU:clearState()
   for k in pairs(self) do
     if type(k) == "string" and (k:match("^_y%d") or k:match("^_hs%d") or k:match("^_gates%d") or k:match("^_dy")
-        or k:match("^_dx") or k:match("^_q_") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
+        or k:match("^_dx") or k:match("^_q_") or k:match("^_lengths") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
       self[k] = nil
     end
   end

@@ -9,13 +9,15 @@ local json = require("qgru.json")
 
 local config = {}
 
--- The 17 operators in the seed's order, and their granularity.
-config.OPS = { "input.x", "output.h", "weight.W", "weight.R", "weight.bw", "weight.br", "matmul.Wx", "matmul.Rh",
-               "gate.z_pre", "gate.z_out", "gate.r_pre", "gate.r_out", "gate.g_pre", "gate.g_out", "op.rRh",
-               "op.old_contrib", "op.new_contrib" }
-config.WEIGHT_OPS = { "weight.W", "weight.R", "weight.bw", "weight.br" }
-config.ACT_OPS = { "input.x", "output.h", "matmul.Wx", "matmul.Rh", "gate.z_pre", "gate.r_pre", "gate.g_pre",
-                   "gate.z_out", "gate.r_out", "gate.g_out", "op.rRh", "op.old_contrib", "op.new_contrib" }  -- QG_Q_* order
+-- The 17 operators in the seed's order, their granularity and the QG_Q_* order of the
+-- activation operators: all read from the C library (core/quant.c), the one definition.
+local clib = require("qgru.clib")
+local ffi, lib = clib.ffi, clib.lib
+config.OPS, config.WEIGHT_OPS, config.ACT_OPS = {}, {}, {}
+for i = 0, lib.QG_NUM_OPS - 1 do config.OPS[#config.OPS + 1] = ffi.string(lib.qg_op_name(i)) end
+for w = 0, lib.QG_W_NUM - 1 do config.WEIGHT_OPS[w + 1] = ffi.string(lib.qg_weight_name(w)) end
+for q = 0, lib.QG_Q_NUM_ACT - 1 do config.ACT_OPS[q + 1] = ffi.string(lib.qg_act_name(q)) end
+config.LUT_MAX_BITS = lib.QG_LUT_MAX_BITS
 config.ALIASES = { ["weight.bx"] = "weight.bw", ["input.h"] = "output.h" }
 config.FIXED = { ["gate.z_out"] = "sigmoid", ["gate.r_out"] = "sigmoid", ["gate.g_out"] = "tanh" }
 

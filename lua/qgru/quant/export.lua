@@ -46,7 +46,7 @@ local function op_entry(q)
     "exp2_inv", e, "zero_point", z, "scale", scale, "qmin", qmin, "qmax", qmax,
     "range", q.range and json.array({ q.range[1], q.range[2] }) or nil,
     "method", q.method or "unknown", "fixed", q.fixed ~= nil, "pinned", q.pinned,
-    "integer_deployable", q.bitwidth <= 16)
+    "integer_deployable", q.bitwidth <= config.LUT_MAX_BITS)
 end
 
 local function qgru_doc(model)
@@ -122,7 +122,7 @@ function M.exportWeights(model, path)
         local q = lq.w[i]
         local dt = (q.bitwidth <= 8 and (q.is_unsigned and "u8" or "i8")) or (q.bitwidth <= 16 and not q.is_unsigned and "i16") or "i32"
         local name = module_name(g) .. "." .. lq.name .. "." .. ({ "W", "R", "bx", "br" })[i]
-        t[name] = lq.wq[i].codes:to(dt)
+        t[name] = lq:weightCodes(i):to(dt)
         t[name .. ".exp2_inv"] = q.exps
         t[name .. ".zero_point"] = q.zps
       end

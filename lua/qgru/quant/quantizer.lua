@@ -3,29 +3,36 @@
 -- the calibrated or pinned parameters (exp2_inv e and zero_point z; tensors for per-channel), the
 -- calibrated real range and method, and its state: fixed (sigmoid/tanh outputs), pinned (from the
 -- config), frozen (calibration leaves it alone), calibrated.
+-- Grids, fixed ranges and the rounding rule come from the C library (core/quant.c): nothing
+-- here re-implements them. A quantizer of a C layer pushes every change to it (owner:push).
 local class = require("qgru.class")
+local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
 
+local ffi, lib = clib.ffi, clib.lib
 local Quantizer = class("quant.Quantizer")
 
 local function grid(bits, uns)
-  if uns then return 0, 2 ^ bits - 1 end
-  return -2 ^ (bits - 1), 2 ^ (bits - 1) - 1
+  local ctx = clib.context("cpu")
+  local lo, hi = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+  clib.check(ctx, lib.qg_quant_grid(ctx, bits, uns and 1 or 0, lo, hi), 3)
+  return tonumber(lo[0]), tonumber(hi[0])
 end
 Quantizer.grid = grid
 
 -- e, z of the fixed output ranges: sigmoid [0, 1), tanh [-1, 1).
 local function fixed_params(kind, bits, uns)
-  if kind == "sigmoid" then return uns and bits or bits - 1, 0 end
-  if uns then return bits - 1, 2 ^ (bits - 1) end   -- tanh on an unsigned grid: code 2^(b-1) is 0
-  return bits - 1, 0
+  local ctx = clib.context("cpu")
+  local e, z = ffi.new("int32_t[1]"), ffi.new("int32_t[1]")
+  clib.check(ctx, lib.qg_fixed_range(ctx, e, z, kind == "sigmoid" and 0 or 1, bits, uns and 1 or 0), 3)
+  return e[0], z[0]
 end
 Quantizer.fixed_params = fixed_params
 
 -- opts: name, op, spec (normalized config entry), channels (per-channel count), owner (for invalidation)
 function Quantizer:__init(opts)
   local s = opts.spec
-  self.name, self.op, self.owner = opts.name, opts.op, opts.owner
+  self.name, self.op, self.owner, self.slot = opts.name, opts.op, opts.owner, opts.slot
   self.bitwidth, self.is_symmetric, self.is_unsigned = s.bitwidth, s.is_symmetric, s.is_unsigned
   self.per_channel = s.per_channel and true or false
   self.channels = opts.channels or 1
@@ -45,7 +52,8 @@ function Quantizer:__init(opts)
   end
 end
 
-function Quantizer:invalidate() if self.owner then self.owner:invalidate() end end
+-- Pushes the current parameters to the owning C layer (which validates them).
+function Quantizer:invalidate() if self.owner then self.owner:push(self) end end
 
 -- Sets e and z (numbers, or per-channel lists / numbers broadcast over the channels).
 function Quantizer:set(e, z, info)
@@ -118,10 +126,7 @@ function Quantizer:setBitwidth(n)
   if not was then self:invalidate(); return self end
   local qmin, qmax = grid(n, self.is_unsigned)
   local function rz(z)
-    local v = z * 2 ^ d
-    local r = math.floor(v + 0.5)
-    if r - v == 0.5 and r % 2 == 1 then r = r - 1 end   -- half to even
-    return math.max(qmin, math.min(qmax, r))
+    return math.max(qmin, math.min(qmax, lib.qg_round_half_even(z * 2 ^ d)))
   end
   local function re(e) return math.max(-31, math.min(31, e + d)) end
   if self.per_channel then

@@ -1,0 +1,382 @@
+/*
+ * int_gru.c: the integer GRU layer handle (qg_int_gru of qgru.h): creation, the quantizer
+ * setters, the activation and derivative tables, and the front doors of its forward and
+ * backward, which validate once and dispatch to the device's backend (int_gru_cpu.c,
+ * kernels/int_gru.cu).
+ *
+ * A setter checks its arguments completely before it changes the handle, so a failed call
+ * leaves the layer as it was. Tables are rebuilt lazily, once, by the first forward after a
+ * quantizer they depend on changed; they are built on the host in double precision (the one
+ * definition of QUANT_SPEC.md section 3) and copied to the layer's device.
+ */
+#include "backend.h"
+#include "int_gru.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- memory on the layer's device ---- */
+static qg_status mem_alloc(qg_ctx *ctx, int device, void **p, int64_t bytes) {
+  if (bytes < 1) bytes = 1;
+  if (device == QG_CUDA) return qg_dev_malloc(ctx, p, bytes);
+  *p = calloc((size_t)bytes, 1);
+  return *p ? QG_OK : qg_fail(ctx, QG_ERR_MEMORY, "qg_int_gru", "cannot allocate %lld bytes", (long long)bytes);
+}
+
+static void mem_free(int device, void *p) {
+  if (device == QG_CUDA) qg_dev_free(p);
+  else free(p);
+}
+
+static qg_status mem_upload(qg_ctx *ctx, int device, void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0) return QG_OK;
+  if (device == QG_CUDA) return qg_dev_memcpy(ctx, dst, src, bytes, 0);
+  memcpy(dst, src, (size_t)bytes);
+  return QG_OK;
+}
+
+qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, int64_t hidden_size) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!out) return qg_fail(ctx, QG_ERR_ARG, fn, "out is NULL");
+  *out = NULL;
+  if (input_size < 1 || input_size > (1 << 20) || hidden_size < 1 || hidden_size > (1 << 20))
+    return qg_fail(ctx, QG_ERR_ARG, fn, "input_size and hidden_size must be in 1..2^20 (exact integer sums), got %lld and %lld",
+                   (long long)input_size, (long long)hidden_size);
+  qg_int_gru *g = (qg_int_gru *)calloc(1, sizeof *g);
+  if (!g) return qg_fail(ctx, QG_ERR_MEMORY, fn, "out of host memory");
+  g->device = ctx->device;
+  g->C = input_size; g->H = hidden_size;
+  const int64_t H3 = 3 * hidden_size;
+  /* exps + zps (8 x [3H] i32), then per weight: codes (i32), fq (f32), mask (u8) */
+  int64_t nw[QG_W_NUM], total = 8 * H3 * 4;
+  for (int w = 0; w < QG_W_NUM; w++) { nw[w] = H3 * qg_int_gru_weight_cols(g, w); total += nw[w] * 9 + 64; }
+  g->mem_bytes = total;
+  qg_status st = mem_alloc(ctx, g->device, &g->mem, total);
+  if (st != QG_OK) { free(g); return st; }
+  char *p = (char *)g->mem;
+  for (int w = 0; w < QG_W_NUM; w++) { g->w_exp[w] = (int32_t *)p; p += H3 * 4; g->w_zp[w] = (int32_t *)p; p += H3 * 4; }
+  for (int w = 0; w < QG_W_NUM; w++) {
+    g->codes[w] = (int32_t *)p; p += nw[w] * 4;
+    g->fq[w] = (float *)p; p += nw[w] * 4;
+    g->mask[w] = (uint8_t *)p; p += (nw[w] + 63) & ~(int64_t)63;
+  }
+  int32_t *host = (int32_t *)calloc((size_t)(8 * H3), sizeof(int32_t));
+  if (!host) { mem_free(g->device, g->mem); free(g); return qg_fail(ctx, QG_ERR_MEMORY, fn, "out of host memory"); }
+  for (int w = 0; w < QG_W_NUM; w++) { g->w_exp_host[w] = host + 2 * w * H3; g->w_zp_host[w] = host + (2 * w + 1) * H3; }
+  g->tables_dirty = 1;
+  *out = g;
+  return QG_OK;
+}
+
+void qg_int_gru_free(qg_int_gru *g) {
+  if (!g) return;
+  mem_free(g->device, g->mem);
+  if (g->tables) mem_free(g->device, g->tables);
+  free(g->w_exp_host[0]);
+  free(g);
+}
+
+qg_status qg_int_gru_set_act(qg_ctx *ctx, qg_int_gru *g, int op, const qg_qspec *spec) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g || !spec) return qg_fail(ctx, QG_ERR_ARG, fn, "NULL layer or spec");
+  if (op < 0 || op >= QG_Q_NUM_ACT) return qg_fail(ctx, QG_ERR_ARG, fn, "operator %d outside 0..%d", op, QG_Q_NUM_ACT - 1);
+  QG_CHECK(qg_check_qspec(ctx, fn, qg_act_name(op), spec->bitwidth, spec->is_unsigned, spec->exp2_inv, spec->zero_point));
+  if (op == QG_Q_Z_OUT && spec->exp2_inv < 0)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "gate.z_out: exp2_inv must be >= 0 (1 - z is computed as 2^e - (q - z)), got %d",
+                   spec->exp2_inv);
+  const qg_qspec old = g->act[op];
+  g->act[op] = *spec;
+  if (!g->act_set[op] || memcmp(&old, spec, sizeof old) != 0) g->tables_dirty = 1;
+  g->act_set[op] = 1;
+  return QG_OK;
+}
+
+qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
+                                      const qg_tensor *exps, const qg_tensor *zps) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  const int64_t H3 = 3 * g->H, d[1] = {H3};
+  char what[96];
+  snprintf(what, sizeof what, "%s exponents", qg_weight_name(w));
+  QG_CHECK(qg_check_tensor(ctx, fn, what, exps, QG_I32, 1, d));
+  snprintf(what, sizeof what, "%s zero points", qg_weight_name(w));
+  QG_CHECK(qg_check_tensor(ctx, fn, what, zps, QG_I32, 1, d));
+  if (exps->device != QG_CPU || zps->device != QG_CPU)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are given as cpu tensors", qg_weight_name(w));
+  const int32_t *ep = (const int32_t *)exps->data, *zp = (const int32_t *)zps->data;
+  for (int64_t j = 0; j < H3; j++) {
+    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);
+    QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
+  }
+  QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
+  QG_CHECK(mem_upload(ctx, g->device, g->w_zp[w], zp, H3 * 4));
+  memcpy(g->w_exp_host[w], ep, (size_t)H3 * 4);
+  memcpy(g->w_zp_host[w], zp, (size_t)H3 * 4);
+  g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
+  g->weights_quantized = 0;
+  return QG_OK;
+}
+
+int qg_int_gru_ready(const qg_int_gru *g, const char **missing) {
+  if (!g) return 0;
+  for (int i = 0; i < QG_Q_NUM_ACT; i++)
+    if (!g->act_set[i]) { if (missing) *missing = qg_act_name(i); return 0; }
+  for (int w = 0; w < QG_W_NUM; w++)
+    if (!g->w_set[w]) { if (missing) *missing = qg_weight_name(w); return 0; }
+  if (missing) *missing = NULL;
+  return 1;
+}
+
+static int narrow_of(const qg_qspec *a) {
+  return a[QG_Q_Z_PRE].bitwidth <= 16 && a[QG_Q_R_PRE].bitwidth <= 16 && a[QG_Q_G_PRE].bitwidth <= 16 &&
+         a[QG_Q_MATMUL_RH].bitwidth <= 16;
+}
+
+int qg_int_gru_cell_bytes(const qg_int_gru *g) { return g ? qg_cell_bytes(narrow_of(g->act)) : 0; }
+
+/* Rebuilds the cell's resolved quantizers and every table when a quantizer changed. */
+static qg_status refresh_tables(qg_ctx *ctx, const char *fn, qg_int_gru *g) {
+  if (!g->tables_dirty) return QG_OK;
+  qg_cell_q *c = &g->cell;
+  for (int i = 0; i < QG_Q_NUM_ACT; i++)
+    c->a[i] = qg_qp_make(g->act[i].bitwidth, g->act[i].is_unsigned, g->act[i].exp2_inv, g->act[i].zero_point);
+  c->narrow = narrow_of(g->act);
+  int64_t n[3], bytes = 0;
+  for (int k = 0; k < 3; k++) {
+    const int b = g->act[QG_Q_Z_PRE + k].bitwidth;
+    n[k] = b <= QG_LUT_MAX_BITS ? (int64_t)1 << b : 0;
+    bytes += n[k] * (2 * 4 + 2 * 4);   /* lut codes + masks (i32), values + derivatives (f32) */
+  }
+  /* build on the host (workspace), then copy to the layer's device in one go */
+  char *host;
+  QG_CHECK(qg_workspace(ctx, fn, bytes + 64, (void **)&host));
+  qg_cell_q hostq = *c;
+  for (int k = 0; k < 3; k++) { hostq.lut[k] = NULL; hostq.lut_n[k] = n[k]; }
+  int64_t off = 0;
+  int64_t lut_off[3], val_off[3], der_off[3];
+  for (int k = 0; k < 3; k++) {
+    lut_off[k] = off; off += n[k] * 8;
+    val_off[k] = off; off += n[k] * 4;
+    der_off[k] = off; off += n[k] * 4;
+  }
+  for (int k = 0; k < 3; k++) {
+    if (!n[k]) continue;
+    int32_t *lut = (int32_t *)(host + lut_off[k]);
+    const qg_qp P = c->a[QG_Q_Z_PRE + k], O = c->a[QG_Q_Z_OUT + k];
+    for (int64_t i = 0; i < n[k]; i++) {
+      const double v = qg_deq(P.qmin + i, P);
+      int m;
+      lut[i] = (int32_t)qg_quant_real(k < 2 ? 1.0 / (1.0 + exp(-v)) : tanh(v), O, &m);
+      lut[n[k] + i] = m;
+    }
+    hostq.lut[k] = lut;
+  }
+  for (int k = 0; k < 3; k++) {
+    if (!n[k]) continue;
+    float *val = (float *)(host + val_off[k]), *der = (float *)(host + der_off[k]);
+    const qg_qp P = c->a[QG_Q_Z_PRE + k];
+    for (int64_t i = 0; i < n[k]; i++) qg_cell_act_value(&hostq, k, P.qmin + i, &val[i], &der[i]);
+  }
+  if (bytes > g->tables_bytes) {
+    void *p;
+    QG_CHECK(mem_alloc(ctx, g->device, &p, bytes));
+    if (g->tables) mem_free(g->device, g->tables);
+    g->tables = p;
+    g->tables_bytes = bytes;
+  }
+  QG_CHECK(mem_upload(ctx, g->device, g->tables, host, bytes));
+  char *d = (char *)g->tables;
+  for (int k = 0; k < 3; k++) {
+    c->lut[k] = n[k] ? (const int32_t *)(d + lut_off[k]) : NULL;
+    c->lut_n[k] = n[k];
+    g->bwd.val[k] = n[k] ? (const float *)(d + val_off[k]) : NULL;
+    g->bwd.der[k] = n[k] ? (const float *)(d + der_off[k]) : NULL;
+  }
+  /* the backward uses tables only when all three exist */
+  if (!(n[0] && n[1] && n[2]))
+    for (int k = 0; k < 3; k++) { g->bwd.val[k] = NULL; g->bwd.der[k] = NULL; }
+  g->tables_dirty = 0;
+  return QG_OK;
+}
+
+static qg_status check_ready(qg_ctx *ctx, const char *fn, qg_int_gru *g) {
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  const char *missing;
+  if (!qg_int_gru_ready(g, &missing))
+    return qg_fail(ctx, QG_ERR_ARG, fn, "quantizer %s has not been set (calibrate or load the quantization parameters first)", missing);
+  if (g->device != ctx->device)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "the layer lives on %s but the context is %s", g->device == QG_CUDA ? "cuda" : "cpu",
+                   ctx->device == QG_CUDA ? "cuda" : "cpu");
+  return refresh_tables(ctx, fn, g);
+}
+
+static qg_status check_weights(qg_ctx *ctx, const char *fn, const qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
+                               const qg_tensor *bx, const qg_tensor *br) {
+  const int64_t wd[2] = {3 * g->H, g->C}, rd[2] = {3 * g->H, g->H}, bd[1] = {3 * g->H};
+  QG_CHECK(qg_check_tensor(ctx, fn, "W", W, QG_F32, 2, wd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "bx", bx, QG_F32, 1, bd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "br", br, QG_F32, 1, bd));
+  return QG_OK;
+}
+
+/* Every non-NULL tensor of ts on the layer's device. */
+static qg_status check_on_layer(qg_ctx *ctx, const char *fn, const qg_int_gru *g, int n, const qg_tensor *const *ts,
+                                const char *const *names) {
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, n, ts, names));
+  for (int i = 0; i < n; i++)
+    if (ts[i] && ts[i]->device != g->device)
+      return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s is on %s but the layer lives on %s", names[i], ts[i]->device == QG_CUDA ? "cuda" : "cpu",
+                     g->device == QG_CUDA ? "cuda" : "cpu");
+  return QG_OK;
+}
+
+qg_status qg_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
+                                      const qg_tensor *bx, const qg_tensor *br) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_ready(ctx, fn, g));
+  QG_CHECK(check_weights(ctx, fn, g, W, R, bx, br));
+  const qg_tensor *ts[] = {W, R, bx, br};
+  const char *names[] = {"W", "R", "bx", "br"};
+  QG_CHECK(check_on_layer(ctx, fn, g, 4, ts, names));
+  QG_CHECK(QG_DISPATCH(ctx, g->device, int_gru_quantize_weights, g, W, R, bx, br));
+  g->weights_quantized = 1;
+  return QG_OK;
+}
+
+qg_status qg_int_gru_weights(qg_ctx *ctx, const qg_int_gru *g, int w, qg_tensor *codes, qg_tensor *fq, qg_tensor *mask) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  if (!g->weights_quantized) return qg_fail(ctx, QG_ERR_ARG, fn, "no weights quantized yet (run a forward or qg_int_gru_quantize_weights)");
+  const int64_t cols = qg_int_gru_weight_cols(g, w), n = 3 * g->H * cols;
+  const int64_t d2[2] = {3 * g->H, cols};
+  const int nd = w < 2 ? 2 : 1;
+  qg_tensor *outs[3] = {codes, fq, mask};
+  const int dtypes[3] = {QG_I32, QG_F32, QG_U8};
+  const void *src[3] = {g->codes[w], g->fq[w], g->mask[w]};
+  const char *names[3] = {"codes", "fq", "mask"};
+  for (int i = 0; i < 3; i++)
+    if (outs[i]) QG_CHECK(qg_check_tensor(ctx, fn, names[i], outs[i], dtypes[i], nd, d2));
+  for (int i = 0; i < 3; i++) {
+    if (!outs[i]) continue;
+    qg_tensor from = *outs[i];
+    from.data = (void *)src[i];
+    from.device = g->device;
+    from.owns_data = 0;
+    from.numel = n;
+    QG_CHECK(qg_copy(ctx, outs[i], &from));
+  }
+  return QG_OK;
+}
+
+/* lengths: NULL or i64 [N] with every value in 1..T (read here when on the host). */
+static qg_status check_lengths(qg_ctx *ctx, const char *fn, const qg_tensor *lengths, int64_t N, int64_t T) {
+  if (!lengths) return QG_OK;
+  const int64_t d[1] = {N};
+  QG_CHECK(qg_check_tensor(ctx, fn, "lengths", lengths, QG_I64, 1, d));
+  if (lengths->device != QG_CPU) return QG_OK;
+  const int64_t *L = (const int64_t *)lengths->data;
+  for (int64_t n = 0; n < N; n++)
+    if (L[n] < 1 || L[n] > T)
+      return qg_fail(ctx, QG_ERR_ARG, fn, "lengths[%lld] = %lld: every length must be in 1..T = %lld", (long long)n, (long long)L[n],
+                     (long long)T);
+  return QG_OK;
+}
+
+static qg_status check_stats_rows(qg_ctx *ctx, const char *fn, const qg_stats *stats, int64_t rows) {
+  if (!stats) return QG_OK;
+  const int64_t rd[2] = {rows, 4}, cd[2] = {rows, QG_STATS_BINS};
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats.range", stats->range, QG_F64, 2, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "stats.counts", stats->counts, QG_I64, 2, cd));
+  return QG_OK;
+}
+
+qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                             const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
+                             const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
+                             const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_ready(ctx, fn, g));
+  const int64_t xd[3] = {-1, -1, g->C};
+  QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 3, xd));
+  const int64_t T = x->dims[0], N = x->dims[1], C = g->C, H = g->H;
+  QG_CHECK(check_weights(ctx, fn, g, W, R, bx, br));
+  const int64_t yd[3] = {T, N, -1}, nh[2] = {N, H};
+  QG_CHECK(qg_check_tensor(ctx, fn, "y", y, QG_F32, 3, yd));
+  if (y_offset < 0 || y_offset + H > y->dims[2])
+    return qg_fail(ctx, QG_ERR_ARG, fn, "y: columns [%d, %lld) do not fit in its last dim %lld", y_offset, (long long)(y_offset + H),
+                   (long long)y->dims[2]);
+  if (hn) QG_CHECK(qg_check_tensor(ctx, fn, "hn", hn, QG_F32, 2, nh));
+  if (h0) QG_CHECK(qg_check_tensor(ctx, fn, "h0", h0, QG_F32, 2, nh));
+  QG_CHECK(check_lengths(ctx, fn, lengths, N, T));
+  QG_CHECK(check_stats_rows(ctx, fn, stats, QG_Q_NUM_ACT));
+  const qg_tensor *sv[4] = {NULL, NULL, NULL, NULL};
+  if (saved) {
+    const int64_t hqd[3] = {T + 1, N, H}, cd[4] = {T, N, H, qg_int_gru_cell_bytes(g)}, xqd[3] = {T, N, C};
+    QG_CHECK(qg_check_tensor(ctx, fn, "saved.hq", saved->hq, QG_I32, 3, hqd));
+    QG_CHECK(qg_check_tensor(ctx, fn, "saved.cell", saved->cell, QG_U8, 4, cd));
+    QG_CHECK(qg_check_tensor(ctx, fn, "saved.xq", saved->xq, QG_I32, 3, xqd));
+    QG_CHECK(qg_check_tensor(ctx, fn, "saved.xmask", saved->xmask, QG_U8, 3, xqd));
+    sv[0] = saved->hq; sv[1] = saved->cell; sv[2] = saved->xq; sv[3] = saved->xmask;
+  }
+  const qg_tensor *ts[] = {y, hn, x, W, R, bx, br, h0, lengths, sv[0], sv[1], sv[2], sv[3],
+                           stats ? stats->range : NULL, stats ? stats->counts : NULL};
+  const char *names[] = {"y", "hn", "x", "W", "R", "bx", "br", "h0", "lengths", "saved.hq", "saved.cell", "saved.xq",
+                         "saved.xmask", "stats.range", "stats.counts"};
+  QG_CHECK(check_on_layer(ctx, fn, g, 15, ts, names));
+  QG_CHECK(QG_DISPATCH(ctx, g->device, int_gru_quantize_weights, g, W, R, bx, br));
+  g->weights_quantized = 1;
+  return QG_DISPATCH(ctx, g->device, int_gru_forward, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse);
+}
+
+qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                              const qg_tensor *lengths, int reverse) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_ready(ctx, fn, g));
+  if (!saved || !saved->hq || !saved->cell || !saved->xq || !saved->xmask)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "saved state missing: run the forward in training mode first");
+  if (!g->weights_quantized) return qg_fail(ctx, QG_ERR_ARG, fn, "no forward has run on this layer");
+  QG_CHECK(qg_check_tensor(ctx, fn, "saved.xq", saved->xq, QG_I32, 3, NULL));
+  const int64_t T = saved->xq->dims[0], N = saved->xq->dims[1], C = g->C, H = g->H;
+  const int64_t xd[3] = {T, N, C}, hqd[3] = {T + 1, N, H}, cd[4] = {T, N, H, qg_int_gru_cell_bytes(g)}, nh[2] = {N, H};
+  const int64_t wd[2] = {3 * H, C}, rd[2] = {3 * H, H}, bd[1] = {3 * H};
+  QG_CHECK(qg_check_tensor(ctx, fn, "saved.xq", saved->xq, QG_I32, 3, xd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "saved.xmask", saved->xmask, QG_U8, 3, xd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "saved.hq", saved->hq, QG_I32, 3, hqd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "saved.cell", saved->cell, QG_U8, 4, cd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "dW", dW, QG_F32, 2, wd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "dR", dR, QG_F32, 2, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "dbx", dbx, QG_F32, 1, bd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "dbr", dbr, QG_F32, 1, bd));
+  if (dx) QG_CHECK(qg_check_tensor(ctx, fn, "dx", dx, QG_F32, 3, xd));
+  if (dh0) QG_CHECK(qg_check_tensor(ctx, fn, "dh0", dh0, QG_F32, 2, nh));
+  if (dhn) QG_CHECK(qg_check_tensor(ctx, fn, "dhn", dhn, QG_F32, 2, nh));
+  if (h0) QG_CHECK(qg_check_tensor(ctx, fn, "h0", h0, QG_F32, 2, nh));
+  if (dy) {
+    const int64_t yd[3] = {T, N, -1};
+    QG_CHECK(qg_check_tensor(ctx, fn, "dy", dy, QG_F32, 3, yd));
+    if (y_offset < 0 || y_offset + H > dy->dims[2])
+      return qg_fail(ctx, QG_ERR_ARG, fn, "dy: columns [%d, %lld) do not fit in its last dim %lld", y_offset, (long long)(y_offset + H),
+                     (long long)dy->dims[2]);
+  }
+  QG_CHECK(check_lengths(ctx, fn, lengths, N, T));
+  const qg_tensor *ts[] = {dx, dW, dR, dbx, dbr, dh0, dy, dhn, saved->hq, saved->cell, saved->xq, saved->xmask, h0, lengths};
+  const char *names[] = {"dx", "dW", "dR", "dbx", "dbr", "dh0", "dy", "dhn", "saved.hq", "saved.cell", "saved.xq", "saved.xmask",
+                         "h0", "lengths"};
+  QG_CHECK(check_on_layer(ctx, fn, g, 14, ts, names));
+  return QG_DISPATCH(ctx, g->device, int_gru_backward, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths,
+                     reverse);
+}

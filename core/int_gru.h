@@ -1,0 +1,48 @@
+/*
+ * int_gru.h: the inside of a qg_int_gru handle (the integer GRU layer of qgru.h), shared by its
+ * front door (int_gru.c) and its backends (int_gru_cpu.c; kernels/int_gru.cu). Not public.
+ *
+ * Memory: `mem` is one allocation on the layer's device holding, in order, the per-channel
+ * exponents and zero points of the four weight quantizers (i32 [3H] each), the weight codes
+ * (i32), fake-quantized weights (f32) and masks (u8) of W, R, bx, br. `tables` is a second
+ * allocation, sized by the pre-activation bitwidths, holding the three forward tables (i32
+ * codes then masks) and the backward's value and derivative tables (f32); it is rebuilt on the
+ * host and copied over whenever a quantizer it depends on changes.
+ */
+#ifndef QGRU_INT_GRU_H
+#define QGRU_INT_GRU_H
+
+#include "int_gru_cell.h"
+#include "internal.h"
+
+struct qg_int_gru {
+  int device;
+  int64_t C, H;
+  qg_qspec act[QG_Q_NUM_ACT];
+  int act_set[QG_Q_NUM_ACT];
+  int w_bits[QG_W_NUM], w_unsigned[QG_W_NUM], w_set[QG_W_NUM];
+  int weights_quantized;          /* codes / fq / masks hold the last weights given */
+  /* views into mem (device pointers on a GPU) */
+  int32_t *w_exp[QG_W_NUM], *w_zp[QG_W_NUM];
+  int32_t *codes[QG_W_NUM];
+  float *fq[QG_W_NUM];
+  uint8_t *mask[QG_W_NUM];
+  void *mem;
+  int64_t mem_bytes;
+  /* host copies of the per-channel exponents and zero points (the GEMM exactness checks and
+   * the bias alignment read them on the host) */
+  int32_t *w_exp_host[QG_W_NUM], *w_zp_host[QG_W_NUM];
+  /* tables (device pointers on a GPU): the cell's lut pointers and the backward's tables */
+  void *tables;
+  int64_t tables_bytes;
+  int tables_dirty;
+  qg_cell_q cell;                 /* resolved quantizers + forward tables */
+  qg_cell_tables bwd;             /* value / derivative tables (NULL entries when pre > 16 bits) */
+};
+
+/* The weight's rows x cols (W [3H, C], R [3H, H], bx and br [3H] x 1). */
+static inline int64_t qg_int_gru_weight_cols(const qg_int_gru *g, int w) {
+  return w == QG_W_W ? g->C : (w == QG_W_R ? g->H : 1);
+}
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * int_gru_cpu.c: the CPU backend of the integer GRU layer (int_gru.c validated the arguments).
+ *
+ * Forward of one layer and direction:
+ *   weights -> per-channel codes, fake-quantized values and masks (kept in the layer);
+ *   x -> input.x codes; one exact GEMM of centered codes for W x over all steps (integers in fp32
+ *   when every partial sum stays below 2^24, e.g. 8-bit codes and K <= 256, else in fp64),
+ *   requantized to matmul.Wx; per step one GEMM R h (h held as output.h codes) requantized to
+ *   matmul.Rh, then the shared integer cell (int_gru_cell.h) for every valid (row, unit).
+ * Backward: per step the shared STE cell and one GEMM dh += dq R~; after the loop the GEMMs of
+ *   dx, dW, dR over all steps and the bias sums in a fixed order (deterministic).
+ * Variable lengths: step s is valid for row n iff s < lengths[n], at time t = reverse ?
+ *   lengths[n] - 1 - s : s; invalid steps keep the state, write y = 0 and pass dh through.
+ */
+#include "backend.h"
+#include "int_gru.h"
+#include "stats.h"
+
+#include <cblas.h>
+#include <string.h>
+
+qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
+                                          const qg_tensor *bx, const qg_tensor *br) {
+  (void)ctx;
+  const qg_tensor *src[QG_W_NUM] = {W, R, bx, br};
+  const int64_t H3 = 3 * g->H;
+  for (int w = 0; w < QG_W_NUM; w++) {
+    const int64_t cols = qg_int_gru_weight_cols(g, w);
+    const float *xp = (const float *)src[w]->data;
+    for (int64_t j = 0; j < H3; j++) {
+      const qg_qp q = qg_qp_make(g->w_bits[w], g->w_unsigned[w], g->w_exp[w][j], g->w_zp[w][j]);
+      for (int64_t c = 0; c < cols; c++) {
+        const int64_t i = j * cols + c;
+        int m;
+        const int64_t code = qg_quant_real((double)xp[i], q, &m);
+        g->codes[w][i] = (int32_t)code;
+        g->fq[w][i] = (float)qg_deq(code, q);
+        g->mask[w][i] = (uint8_t)m;
+      }
+    }
+  }
+  return QG_OK;
+}
+
+/* Largest |q - z| of a grid over every zero point in zps (n of them; one z1 when zps is NULL). */
+static int64_t max_centered(int bits, int uns, const int32_t *zps, int64_t n, int32_t z1) {
+  const qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  int64_t m = 0;
+  for (int64_t i = 0; i < (zps ? n : 1); i++) {
+    const int64_t z = zps ? zps[i] : z1;
+    const int64_t a = g.qmax - z > z - g.qmin ? g.qmax - z : z - g.qmin;
+    if (a > m) m = a;
+  }
+  return m;
+}
+
+/* Whether a GEMM of centered codes is exact in float32: every partial sum is an integer below
+ * 2^24 when max|a| max|b| K < 2^24, whatever the summation order. */
+static int exact_in_f32(int64_t amax, int64_t bmax, int64_t K) {
+  return amax > 0 && bmax > 0 && (double)amax * (double)bmax * (double)K < 16777216.0;
+}
+
+/* How one GEMM of centered codes runs: exact integers (in f32 or f64) or simulated in f64. */
+typedef struct {
+  int exact, use_f32;
+} gemm_mode;
+
+static gemm_mode gemm_mode_of(int in_bits, int in_unsigned, int32_t in_z, int w_bits, int w_unsigned, const int32_t *w_zp,
+                              int64_t rows, int64_t K) {
+  gemm_mode m;
+  m.exact = in_bits <= 16 && w_bits <= 16;
+  m.use_f32 = m.exact && exact_in_f32(max_centered(in_bits, in_unsigned, NULL, 1, in_z), max_centered(w_bits, w_unsigned, w_zp, rows, 0), K);
+  return m;
+}
+
+/* acc [M, 3H] = A [M, K] B [3H, K]^T over centered codes, in fp32 (Af, Bf) or fp64 (Ad, Bd). */
+static void gemm_codes(int64_t M, int64_t H3, int64_t K, gemm_mode gm, const float *Af, const float *Bf, float *accf,
+                       const double *Ad, const double *Bd, double *acc) {
+  if (M > 0 && H3 > 0 && K > 0 && gm.use_f32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H3, (int)K, 1.0f, Af, (int)K, Bf, (int)K, 0.0f, accf, (int)H3);
+    for (int64_t i = 0; i < M * H3; i++) acc[i] = (double)accf[i];
+  } else if (M > 0 && H3 > 0 && K > 0) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H3, (int)K, 1.0, Ad, (int)K, Bd, (int)K, 0.0, acc, (int)H3);
+  } else {
+    memset(acc, 0, (size_t)(M * H3) * sizeof(double));
+  }
+}
+
+/* Row i of acc [., 3H] requantized to q from the scale 2^-(wexp[j] + e_in) of column j: codes and
+ * masks; the real values go to the statistics row (range, counts) when observing. */
+static inline void requant_row(int64_t H3, const double *acc, gemm_mode gm, const int32_t *wexp, int e_in, qg_qp q,
+                               int64_t *codes, uint8_t *masks, const int observe, double *range, int64_t *counts) {
+  for (int64_t j = 0; j < H3; j++) {
+    const int s = wexp[j] + e_in;
+    const double a = acc[j];
+    int m;
+    codes[j] = gm.exact ? qg_requant((qg_i128)(int64_t)a, s, q, &m) : qg_requant_real(a, s, q, &m);
+    masks[j] = (uint8_t)m;
+    if (observe) qg_stats_observe(range, counts, ldexp(a, -s));
+  }
+}
+
+/* The statistics rows of operator op (NULL pointers when not observing). */
+typedef struct {
+  double *range;
+  int64_t *counts;
+} stat_rows;
+
+static inline void observe_op(stat_rows st, int op, double v) {
+  qg_stats_observe(st.range + 4 * op, st.counts + (int64_t)QG_STATS_BINS * op, v);
+}
+
+static inline int64_t length_of(const int64_t *L, int64_t n, int64_t T) { return L ? L[n] : T; }
+
+/* Per-channel bias terms of unit i (centered codes and exponents), gate rows z, r, g. */
+static inline void bias_terms(const qg_int_gru *g, const int32_t *bxc, const int32_t *brc, int64_t i, qg_cell_in *in) {
+  const int64_t H = g->H;
+  for (int k = 0; k < 3; k++) {
+    const int64_t j = k * H + i;
+    in->bx[k] = (int64_t)bxc[j] - g->w_zp[QG_W_BX][j];
+    in->br[k] = (int64_t)brc[j] - g->w_zp[QG_W_BR][j];
+    in->ebx[k] = g->w_exp[QG_W_BX][j];
+    in->ebr[k] = g->w_exp[QG_W_BR][j];
+  }
+}
+
+/* The time loop of the forward; observe is a literal at each call so the compiler specializes it. */
+static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, const int64_t *L, int reverse, gemm_mode grh,
+                                 const int64_t *qWx, const uint8_t *mWx, int32_t *hqp, float *yp, int64_t Hy, int y_offset,
+                                 uint8_t *cellp, int cell_bytes, float *Hf, const float *Rf, float *accRhf, double *Hc,
+                                 const double *Rc, double *accRh, int64_t *qRh, uint8_t *mRh, const int observe, stat_rows st) {
+  const int64_t H = g->H, H3 = 3 * H;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qp QH = cq->a[QG_Q_OUTPUT_H], QRH = cq->a[QG_Q_MATMUL_RH];
+  const double scale_h = ldexp(1.0, -QH.e);
+  const int32_t *bxc = g->codes[QG_W_BX], *brc = g->codes[QG_W_BR];
+  for (int64_t s = 0; s < T; s++) {
+    const int32_t *hprev = hqp + s * N * H;
+    int32_t *hnext = hqp + (s + 1) * N * H;
+    if (grh.use_f32) for (int64_t i = 0; i < N * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
+    else for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
+    gemm_codes(N, H3, H, grh, Hf, Rf, accRhf, Hc, Rc, accRh);
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t Ln = length_of(L, n, T);
+      if (s >= Ln) {   /* padded step: the state stays */
+        memcpy(hnext + n * H, hprev + n * H, (size_t)H * sizeof(int32_t));
+        if (cellp) memset(cellp + (s * N + n) * H * cell_bytes, 0, (size_t)(H * cell_bytes));
+        continue;
+      }
+      const int64_t t = reverse ? Ln - 1 - s : s;
+      requant_row(H3, accRh + n * H3, grh, g->w_exp[QG_W_R], QH.e, QRH, qRh + n * H3, mRh + n * H3, observe,
+                  observe ? st.range + 4 * QG_Q_MATMUL_RH : NULL, observe ? st.counts + (int64_t)QG_STATS_BINS * QG_Q_MATMUL_RH : NULL);
+      const int64_t *wx = qWx + (t * N + n) * H3, *rh = qRh + n * H3;
+      const uint8_t *mwx = mWx + (t * N + n) * H3, *mrh = mRh + n * H3;
+      float *yrow = yp + (t * N + n) * Hy + y_offset;
+      for (int64_t i = 0; i < H; i++) {
+        qg_cell_in in;
+        qg_cell_out out;
+        qg_cell_reals re;
+        in.mask = 0;
+        for (int k = 0; k < 3; k++) {
+          in.wx[k] = wx[k * H + i];
+          in.rh[k] = rh[k * H + i];
+          in.mask |= (uint32_t)mwx[k * H + i] << (QG_MB_WX_Z + k) | (uint32_t)mrh[k * H + i] << (QG_MB_RH_Z + k);
+        }
+        bias_terms(g, bxc, brc, i, &in);
+        in.hprev = hprev[n * H + i];
+        qg_cell_forward(cq, &in, &out, observe, &re);
+        if (observe) {
+          observe_op(st, QG_Q_Z_PRE, re.zpre); observe_op(st, QG_Q_R_PRE, re.rpre);
+          observe_op(st, QG_Q_Z_OUT, re.zout); observe_op(st, QG_Q_R_OUT, re.rout);
+          observe_op(st, QG_Q_MATMUL_RH, re.rhb); observe_op(st, QG_Q_RRH, re.rrh);
+          observe_op(st, QG_Q_G_PRE, re.gpre); observe_op(st, QG_Q_G_OUT, re.gout);
+          observe_op(st, QG_Q_OLD, re.old); observe_op(st, QG_Q_NEW, re.nw); observe_op(st, QG_Q_OUTPUT_H, re.h);
+        }
+        hnext[n * H + i] = (int32_t)out.h;
+        yrow[i] = (float)((double)(out.h - QH.z) * scale_h);
+        if (cellp) qg_cell_pack(cellp + ((s * N + n) * H + i) * cell_bytes, cq, &out);
+      }
+    }
+  }
+}
+
+qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                                 const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
+                                 const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_forward";
+  const int64_t T = x->dims[0], N = x->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
+  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H], QWX = cq->a[QG_Q_MATMUL_WX];
+  const int observing = stats != NULL;
+  stat_rows st = {observing ? (double *)stats->range->data : NULL, observing ? (int64_t *)stats->counts->data : NULL};
+
+  /* workspace: doubles Xc [TN, C], Wc [3H, C], Rc [3H, H], accWx [TN, 3H], Hc [N, H], accRh [N, 3H];
+   * int64 qWx [TN, 3H], qRh [N, 3H]; int32 hq [T+1, N, H] and xq [TN, C] at inference; bytes mWx [TN, 3H],
+   * mRh [N, 3H], xmask [TN, C] at inference; then float copies of the GEMM operands. */
+  const int64_t nd = TN * C + H3 * C + H3 * H + TN * H3 + N * H + N * H3, ni = TN * H3 + N * H3;
+  const int64_t nhq = saved ? 0 : (T + 1) * N * H, nxq = saved ? 0 : TN * C;
+  const int64_t nb = TN * H3 + N * H3 + nxq;
+  const int64_t bytes = nd * 8 + ni * 8 + (nhq + nxq) * 4 + nb + nd * 4 + 256;
+  char *ws;
+  QG_CHECK(qg_workspace(ctx, fn, bytes, (void **)&ws));
+  double *Xc = (double *)ws, *Wc = Xc + TN * C, *Rc = Wc + H3 * C, *accWx = Rc + H3 * H, *Hc = accWx + TN * H3, *accRh = Hc + N * H;
+  int64_t *qWx = (int64_t *)(accRh + N * H3), *qRh = qWx + TN * H3;
+  int32_t *hqp = saved ? (int32_t *)saved->hq->data : (int32_t *)(qRh + N * H3);
+  int32_t *xcodes = saved ? (int32_t *)saved->xq->data : hqp + nhq;
+  uint8_t *mWx = (uint8_t *)((int32_t *)(qRh + N * H3) + nhq + nxq), *mRh = mWx + TN * H3;
+  uint8_t *xmask = saved ? (uint8_t *)saved->xmask->data : mRh + N * H3;
+  float *Xf = (float *)(((uintptr_t)(mRh + N * H3 + nxq) + 63) & ~(uintptr_t)63), *Wf = Xf + TN * C, *Rf = Wf + H3 * C;
+  float *accWxf = Rf + H3 * H, *Hf = accWxf + TN * H3, *accRhf = Hf + N * H;
+
+  const gemm_mode gwx = gemm_mode_of(g->act[QG_Q_INPUT_X].bitwidth, g->act[QG_Q_INPUT_X].is_unsigned, QX.z, g->w_bits[QG_W_W],
+                                     g->w_unsigned[QG_W_W], g->w_zp_host[QG_W_W], H3, C);
+  const gemm_mode grh = gemm_mode_of(g->act[QG_Q_OUTPUT_H].bitwidth, g->act[QG_Q_OUTPUT_H].is_unsigned, QH.z, g->w_bits[QG_W_R],
+                                     g->w_unsigned[QG_W_R], g->w_zp_host[QG_W_R], H3, H);
+
+  /* 1. input.x codes (observed at valid steps only) */
+  const float *xp = (const float *)x->data;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t n = 0; n < N; n++) {
+      const int valid = t < length_of(L, n, T);
+      for (int64_t k = 0; k < C; k++) {
+        const int64_t i = (t * N + n) * C + k;
+        int m;
+        const int64_t q = qg_quant_real((double)xp[i], QX, &m);
+        if (observing && valid) observe_op(st, QG_Q_INPUT_X, (double)xp[i]);
+        xcodes[i] = (int32_t)q;
+        Xc[i] = (double)(q - QX.z);
+        Xf[i] = (float)(q - QX.z);
+        xmask[i] = (uint8_t)m;
+      }
+    }
+  /* 2. centered weight codes and the W x GEMM over all steps */
+  const int32_t *Wq = g->codes[QG_W_W], *Rq = g->codes[QG_W_R];
+  for (int64_t j = 0; j < H3; j++) {
+    for (int64_t k = 0; k < C; k++) Wf[j * C + k] = (float)(Wc[j * C + k] = (double)((int64_t)Wq[j * C + k] - g->w_zp[QG_W_W][j]));
+    for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rc[j * H + k] = (double)((int64_t)Rq[j * H + k] - g->w_zp[QG_W_R][j]));
+  }
+  gemm_codes(TN, H3, C, gwx, Xf, Wf, accWxf, Xc, Wc, accWx);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t r = t * N + n;
+      if (observing && t < length_of(L, n, T))
+        requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 1,
+                    st.range + 4 * QG_Q_MATMUL_WX, st.counts + (int64_t)QG_STATS_BINS * QG_Q_MATMUL_WX);
+      else
+        requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
+    }
+  /* 3. h0 */
+  for (int64_t i = 0; i < N * H; i++) {
+    int m;
+    const double v = h0 ? (double)((const float *)h0->data)[i] : 0.0;
+    hqp[i] = (int32_t)qg_quant_real(v, QH, &m);
+    if (observing && h0) observe_op(st, QG_Q_OUTPUT_H, v);
+  }
+  /* 4. padded time steps give zero output */
+  float *yp = (float *)y->data;
+  const int64_t Hy = y->dims[2];
+  if (L)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t t = L[n]; t < T; t++) memset(yp + (t * N + n) * Hy + y_offset, 0, (size_t)H * sizeof(float));
+  /* 5. the steps */
+  uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
+  const int cb = qg_cell_bytes(cq->narrow);
+  if (observing)
+    forward_steps(g, T, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 1, st);
+  else
+    forward_steps(g, T, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 0, st);
+  if (hn) {
+    float *o = (float *)hn->data;
+    const int32_t *last = hqp + T * N * H;
+    for (int64_t i = 0; i < N * H; i++) o[i] = (float)qg_deq(last[i], QH);
+  }
+  return QG_OK;
+}
+
+qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                                  qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                                  const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                                  const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_backward";
+  const qg_tensor *xq = saved->xq;
+  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
+  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+  const qg_cell_q *cq = &g->cell;
+  const int cb = qg_cell_bytes(cq->narrow);
+
+  /* workspace floats: dp [TN, 3H], dq [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
+   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
+  const int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  float *ws;
+  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
+  float *dp = ws, *dq = dp + TN * H3, *dh = dq + TN * H3, *dh_next = dh + N * H, *Xf = dh_next + N * H, *Hf = Xf + TN * C;
+  float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
+  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
+  memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
+  if (L) memset(dp, 0, (size_t)(TN * H3) * sizeof(float));   /* padded (t, n) rows stay zero */
+
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  const int32_t *hqp = (const int32_t *)saved->hq->data;
+  const uint8_t *sp = (const uint8_t *)saved->cell->data;
+  const float *dyp = dy ? (const float *)dy->data : NULL;
+  const int64_t Hy = dy ? dy->dims[2] : 0;
+  if (dhn) memcpy(dh, dhn->data, (size_t)(N * H) * sizeof(float));
+  else memset(dh, 0, (size_t)(N * H) * sizeof(float));
+
+  for (int64_t s = T - 1; s >= 0; s--) {
+    const int32_t *hprev = hqp + s * N * H;
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t Ln = length_of(L, n, T);
+      float *dqr = dq + (s * N + n) * H3;
+      if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+        memset(dqr, 0, (size_t)H3 * sizeof(float));
+        memcpy(dh_next + n * H, dh + n * H, (size_t)H * sizeof(float));
+        continue;
+      }
+      const int64_t t = reverse ? Ln - 1 - s : s;
+      float *dpr = dp + (t * N + n) * H3;
+      for (int64_t i = 0; i < H; i++) {
+        qg_cell_out su;
+        qg_cell_grad gr;
+        qg_cell_unpack(sp + ((s * N + n) * H + i) * cb, cq, &su);
+        const float dH = dh[n * H + i] + (dyp ? dyp[(t * N + n) * Hy + y_offset + i] : 0.0f);
+        qg_cell_backward(cq, &g->bwd, &su, hprev[n * H + i], dH, &gr);
+        for (int k = 0; k < 3; k++) {
+          dpr[k * H + i] = gr.dp[k];
+          dqr[k * H + i] = gr.dq[k];
+          sbx[k * H + i] += gr.dbx[k];
+          sbr[k * H + i] += gr.dbr[k];
+        }
+        dh_next[n * H + i] = gr.dhprev;
+      }
+    }
+    if (N > 0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)H, (int)H3, 1.0f, dq + s * N * H3, (int)H3,
+                  g->fq[QG_W_R], (int)H, 1.0f, dh_next, (int)H);
+    float *tmp = dh; dh = dh_next; dh_next = tmp;
+  }
+  if (dh0) {
+    float *o = (float *)dh0->data;
+    for (int64_t i = 0; i < N * H; i++) {
+      int m = 1;
+      if (h0) qg_quant_real((double)((const float *)h0->data)[i], QH, &m);
+      o[i] = dh[i] * (float)m;
+    }
+  }
+  /* dequantized x and h_{t-1} for the weight gradients */
+  const int32_t *xqp = (const int32_t *)xq->data;
+  for (int64_t i = 0; i < TN * C; i++) Xf[i] = (float)qg_deq(xqp[i], QX);
+  for (int64_t i = 0; i < TN * H; i++) Hf[i] = (float)qg_deq(hqp[i], QH);
+  const uint8_t *xm = (const uint8_t *)saved->xmask->data, *wm = g->mask[QG_W_W], *rm = g->mask[QG_W_R];
+  if (TN > 0 && H > 0) {
+    if (dx && C > 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)TN, (int)C, (int)H3, 1.0f, dp, (int)H3, g->fq[QG_W_W], (int)C,
+                  0.0f, tmpX, (int)C);
+      float *o = (float *)dx->data;
+      for (int64_t i = 0; i < TN * C; i++) o[i] += xm[i] ? tmpX[i] : 0.0f;
+    }
+    if (C > 0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H3, (int)C, (int)TN, 1.0f, dp, (int)H3, Xf, (int)C, 0.0f, tmpW, (int)C);
+      float *o = (float *)dW->data;
+      for (int64_t i = 0; i < H3 * C; i++) o[i] += wm[i] ? tmpW[i] : 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H3, (int)H, (int)TN, 1.0f, dq, (int)H3, Hf, (int)H, 0.0f, tmpR, (int)H);
+    float *o = (float *)dR->data;
+    for (int64_t i = 0; i < H3 * H; i++) o[i] += rm[i] ? tmpR[i] : 0.0f;
+  }
+  const uint8_t *bxm = g->mask[QG_W_BX], *brm = g->mask[QG_W_BR];
+  for (int64_t j = 0; j < H3; j++) {
+    ((float *)dbx->data)[j] += bxm[j] ? (float)sbx[j] : 0.0f;
+    ((float *)dbr->data)[j] += brm[j] ? (float)sbr[j] : 0.0f;
+  }
+  return QG_OK;
+}
