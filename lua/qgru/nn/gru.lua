@@ -116,15 +116,15 @@ function GRU:_forwardLayer(ctx, l, d, y, inp, h0v, training)
   local gates = training and self:buffer("_gates" .. key, { T, N, 4 * H }, inp:device()) or nil
   self._hs[key], self._gates[key] = hs, gates
   local w = self.weights[l][d]
-  self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, inp.t, w.W.t, w.R.t,
-                                     w.bx.t, w.br.t, h0v and h0v.t or nil, d))
+  self:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, gates and gates.t or nil, nil, inp.t, w.W.t, w.R.t,
+                                     w.bx.t, w.br.t, h0v and h0v.t or nil, nil, d))
 end
 
 function GRU:_backwardLayer(ctx, l, d, dx, dy, dh0v, inp)
   local key = l * self.dirs + d
   local w, g = self.weights[l][d], self.grads[l][d]
   self:ccall(ctx, lib.qg_gru_backward(ctx, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dy.t, d * self.hiddenSize,
-                                      nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, d))
+                                      nil, inp.t, w.W.t, w.R.t, self._hs[key].t, self._gates[key].t, nil, d))
 end
 
 -- The quantization state when it is attached and enabled (then it runs each layer's step).
