@@ -9,6 +9,15 @@ QG_OP(linear_forward, (qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_t
 QG_OP(linear_backward, (qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *db, const qg_tensor *dy, const qg_tensor *x,
                         const qg_tensor *W),
       (ctx, dx, dW, db, dy, x, W))
+QG_OP(gru_forward, (qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates, const qg_stats *stats,
+                    const qg_tensor *x, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
+                    const qg_tensor *h0, const qg_tensor *lengths, int reverse),
+      (ctx, y, y_offset, hs, gates, stats, x, W, R, bx, br, h0, lengths, reverse))
+QG_OP(gru_backward, (qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
+                     qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_tensor *x,
+                     const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
+                     const qg_tensor *lengths, int reverse),
+      (ctx, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, x, W, R, hs, gates, lengths, reverse))
 QG_OP(int_gru_quantize_weights, (qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx,
                                  const qg_tensor *br),
       (ctx, g, W, R, bx, br))

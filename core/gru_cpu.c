@@ -1,178 +1,378 @@
 /*
- * gru_cpu.c: the float32 GRU forward and backward on the CPU, one layer and one direction per
- * call (the Lua GRU module stacks layers and directions). This is the reference path: the same
- * structure as Haste's GPU code, written plainly.
+ * gru_cpu.c: the CPU backend of the float32 GRU (one layer and one direction per call; the Lua
+ * GRU module stacks layers and directions). Arguments were checked by the front doors in gru.c.
  *
- * Forward:  one GEMM for W x over all T steps; per step one GEMM R h and one pointwise loop.
- * Backward: per step one pointwise loop and one GEMM (dh += dq R); after the loop three large
- *           GEMMs give dx, dW and dR, and plain column sums give dbx and dbr (deterministic).
- * Both take their scratch from the context workspace once, before the time loop.
+ * Every batch row runs its own recurrence, so the work is split by batch rows over the threads
+ * (OpenMP; as many as OpenBLAS is set to use, qg_set_num_threads) for the whole time loop, with
+ * no synchronisation per step. Inside that region each thread calls single-threaded BLAS on its
+ * rows (OpenBLAS is set to one thread for the region and restored after it): per-step GEMMs of a
+ * [N/threads, H] x [H, 3H] size are too small for BLAS's own threading, which spends more time
+ * waking and yielding threads than computing.
+ *
+ * Forward:  W x for all steps (rows split over the threads), then per step and thread one GEMM
+ *           R h on its rows and one pointwise loop (sigmoid and tanh as branch-free polynomials,
+ *           so the loop vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden
+ *           file allows).
+ * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then
+ *           dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as column sums in
+ *           a fixed order (deterministic).
+ * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
+ * (backward) and zero its y / its gate gradients; the time index of a valid step s is
+ * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps
+ * s = t, so both directions zero them at step s.
+ * Variants (statistics observer or not, training or inference, dy or none) are constant
+ * arguments of always-inlined functions, so each is a separately compiled loop with no test in
+ * its inner loop. On x86-64 (GCC) the thread bodies are compiled for AVX2+FMA and AVX-512 too and
+ * picked at load time for the CPU (target_clones); results may differ in the last bits between
+ * CPUs, as PyTorch's do. The observer runs on one thread (calibration is not time-critical),
+ * so the statistics rows are filled without sharing.
  */
-#include "internal.h"
+#include "backend.h"
+#include "stats.h"
 
 #include <cblas.h>
-#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+#ifdef _OPENMP
+#include <omp.h>
+#define QG_PRAGMA(x) _Pragma(#x)
+#define QG_THREAD_NUM() omp_get_thread_num()
+#else
+#define QG_PRAGMA(x)
+#define QG_THREAD_NUM() 0
+#endif
 
-qg_status qg_check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, const qg_tensor *W,
-                                const qg_tensor *R, int64_t *T, int64_t *N, int64_t *C, int64_t *H) {
-  QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 3, NULL));
-  QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, NULL));
-  *T = x->dims[0]; *N = x->dims[1]; *C = x->dims[2]; *H = R->dims[1];
-  int64_t w[2] = {3 * *H, *C}, r[2] = {3 * *H, *H};
-  QG_CHECK(qg_check_tensor(ctx, fn, "W", W, QG_F32, 2, w));
-  QG_CHECK(qg_check_tensor(ctx, fn, "R", R, QG_F32, 2, r));
-  if (x->device != QG_CPU || W->device != QG_CPU || R->device != QG_CPU)
-    return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "cuda tensors: the CUDA GRU kernels are not in this build yet");
-  return QG_OK;
+#if defined(__GNUC__)
+#define QG_INLINE static inline __attribute__((always_inline))
+#else
+#define QG_INLINE static inline
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define QG_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define QG_CLONES
+#endif
+
+/* OpenBLAS exports these (see context.c). */
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+
+/* ---- branch-free float32 exp, sigmoid, tanh (Cephes coefficients) ---------------------------- */
+
+/* e^x, x clamped to [-87.3, 88.3] (so 2^n stays a normal float): n = round(x / ln 2) by the
+ * 1.5 * 2^23 trick, r = x - n ln 2 in two parts, e^r by a degree-7 polynomial. About 2 ulp. */
+QG_INLINE float gru_expf(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) * 8388608;   /* (n + 127) << 23, n + 127 in 1..254 */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
-static qg_status check_cpu_f32(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *t, int ndim, const int64_t *dims) {
-  QG_CHECK(qg_check_tensor(ctx, fn, arg, t, QG_F32, ndim, dims));
-  if (t->device != QG_CPU) return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "%s is a cuda tensor; this build's GRU is CPU only", arg);
-  return QG_OK;
+QG_INLINE float gru_sigmoidf(float x) { return 1.0f / (1.0f + gru_expf(-x)); }
+
+/* tanh: the odd polynomial of Cephes' tanhf below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above. */
+QG_INLINE float gru_tanhf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float big = 1.0f - 2.0f / (gru_expf(2.0f * a) + 1.0f);
+  const float x2 = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * x2 + 2.06390887954e-2f;
+  p = p * x2 - 5.37397155531e-2f;
+  p = p * x2 + 1.33314422036e-1f;
+  p = p * x2 - 3.33332819422e-1f;
+  const float small = p * x2 * x + x;
+  return a < 0.625f ? small : (x < 0.0f ? -big : big);
 }
 
-static qg_status check_y(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *y, int y_offset,
-                         int64_t T, int64_t N, int64_t H) {
-  int64_t d[3] = {T, N, -1};
-  QG_CHECK(check_cpu_f32(ctx, fn, arg, y, 3, d));
-  if (y_offset < 0 || y_offset + H > y->dims[2])
-    return qg_fail(ctx, QG_ERR_ARG, fn, "%s: columns [%d, %lld) do not fit in its last dim %lld", arg, y_offset,
-                   (long long)(y_offset + H), (long long)y->dims[2]);
-  return QG_OK;
+/* ---- threads --------------------------------------------------------------------------------- */
+
+/* Threads for a recurrence over N rows: OpenBLAS's setting, at most N, 1 without OpenMP. */
+static int gru_threads(int64_t N) {
+#ifdef _OPENMP
+  int nt = openblas_get_num_threads();
+  if (nt < 1) nt = 1;
+  if (nt > N) nt = N < 1 ? 1 : (int)N;
+  return nt;
+#else
+  (void)N;
+  return 1;
+#endif
 }
 
-qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates,
-                         const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
-                         const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
-  int64_t T, N, C, H;
-  QG_CHECK(qg_check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
-  int64_t b3[1] = {3 * H}, hsd[3] = {T + 1, N, H}, gd[3] = {T, N, 4 * H}, h0d[2] = {N, H};
-  QG_CHECK(check_cpu_f32(ctx, fn, "bx", bx, 1, b3));
-  QG_CHECK(check_cpu_f32(ctx, fn, "br", br, 1, b3));
-  QG_CHECK(check_y(ctx, fn, "y", y, y_offset, T, N, H));
-  QG_CHECK(check_cpu_f32(ctx, fn, "hs", hs, 3, hsd));
-  if (gates) QG_CHECK(check_cpu_f32(ctx, fn, "gates", gates, 3, gd));
-  if (h0) QG_CHECK(check_cpu_f32(ctx, fn, "h0", h0, 2, h0d));
+static inline int64_t part(int64_t n, int k, int nt) { return n * k / nt; }
 
-  float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, (3 * T * N * H + 3 * N * H) * (int64_t)sizeof(float), (void **)&ws));
-  float *Wx = ws, *Rh = ws + 3 * T * N * H;
-  const int64_t H3 = 3 * H, Hy = y->dims[2];
-  const float *bxp = (const float *)bx->data, *brp = (const float *)br->data;
-  float *hsp = (float *)hs->data, *yp = (float *)y->data, *gp = gates ? (float *)gates->data : NULL;
+/* ---- forward --------------------------------------------------------------------------------- */
 
-  if (T * N > 0 && H > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(T * N), (int)H3, (int)C, 1.0f,
-                (const float *)x->data, (int)C, (const float *)W->data, (int)C, 0.0f, Wx, (int)H3);
-  if (h0) memcpy(hsp, h0->data, (size_t)(N * H) * sizeof(float));
-  else memset(hsp, 0, (size_t)(N * H) * sizeof(float));
+typedef struct {
+  int64_t T, N, C, H, Hy;
+  int y_offset, reverse, nt;
+  const float *x, *W, *R, *bx, *br;
+  const int64_t *len;
+  float *y, *hs, *gates, *Wx, *scratch;  /* Wx [T*N, 3H] = x W^T; scratch: per thread [rows, 3H] */
+  int64_t scratch_stride;
+  double *range;                          /* observer rows, or NULL */
+  int64_t *counts;
+} fwd_args;
 
-  for (int64_t s = 0; s < T; s++) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    const float *hp = hsp + s * N * H;
-    float *hn = hsp + (s + 1) * N * H;
-    if (N > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)H3, (int)H, 1.0f, hp, (int)H,
-                  (const float *)R->data, (int)H, 0.0f, Rh, (int)H3);
-    for (int64_t n = 0; n < N; n++) {
-      const float *wx = Wx + (t * N + n) * H3, *rh = Rh + n * H3;
-      float *yrow = yp + (t * N + n) * Hy + y_offset;
-      float *grow = gp ? gp + (s * N + n) * 4 * H : NULL;
-      for (int64_t i = 0; i < H; i++) {
-        const float z = sigmoidf(wx[i] + bxp[i] + rh[i] + brp[i]);
-        const float r = sigmoidf(wx[H + i] + bxp[H + i] + rh[H + i] + brp[H + i]);
-        const float q = rh[2 * H + i] + brp[2 * H + i];
-        const float g = tanhf(wx[2 * H + i] + bxp[2 * H + i] + r * q);
-        const float h = z * hp[n * H + i] + (1.0f - z) * g;
-        hn[n * H + i] = h;
-        yrow[i] = h;
-        if (grow) { grow[i] = z; grow[H + i] = r; grow[2 * H + i] = g; grow[3 * H + i] = q; }
-      }
+#define OBS(op, v) qg_stats_observe(range + (op) * 4, counts + (int64_t)(op) * QG_STATS_BINS, (double)(v))
+
+/* One valid step of one row: wx, rh the row's x W^T and R h; hp its state, hn the new state. */
+QG_INLINE void fwd_point(int64_t H, const float *restrict wx, const float *restrict rh, const float *restrict bx,
+                         const float *restrict br, const float *restrict hp, float *restrict hn, float *restrict yrow,
+                         float *restrict grow, double *range, int64_t *counts, const int observe, const int train) {
+  if (observe)
+    for (int64_t i = 0; i < 3 * H; i++) OBS(QG_Q_MATMUL_RH, rh[i]);
+  for (int64_t i = 0; i < H; i++) {
+    const float zpre = wx[i] + bx[i] + rh[i] + br[i];
+    const float rpre = wx[H + i] + bx[H + i] + rh[H + i] + br[H + i];
+    const float z = gru_sigmoidf(zpre), r = gru_sigmoidf(rpre);
+    const float q = rh[2 * H + i] + br[2 * H + i];
+    const float rrh = r * q;
+    const float gpre = wx[2 * H + i] + bx[2 * H + i] + rrh;
+    const float g = gru_tanhf(gpre);
+    const float old = z * hp[i], nw = (1.0f - z) * g;
+    const float h = old + nw;
+    hn[i] = h;
+    yrow[i] = h;
+    if (train) { grow[i] = z; grow[H + i] = r; grow[2 * H + i] = g; grow[3 * H + i] = q; }
+    if (observe) {
+      OBS(QG_Q_Z_PRE, zpre); OBS(QG_Q_R_PRE, rpre); OBS(QG_Q_Z_OUT, z); OBS(QG_Q_R_OUT, r);
+      OBS(QG_Q_MATMUL_RH, q); OBS(QG_Q_RRH, rrh); OBS(QG_Q_G_PRE, gpre); OBS(QG_Q_G_OUT, g);
+      OBS(QG_Q_OLD, old); OBS(QG_Q_NEW, nw); OBS(QG_Q_OUTPUT_H, h);
     }
+  }
+}
+
+/* The recurrence of rows [n0, n1) over all T steps; Rh is this thread's [n1 - n0, 3H] scratch. */
+QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, const int observe, const int train) {
+  const int64_t T = a->T, N = a->N, H = a->H, H3 = 3 * H, Hy = a->Hy, nb = n1 - n0;
+  double *range = a->range;
+  int64_t *counts = a->counts;
+  for (int64_t s = 0; s < T; s++) {
+    const float *hp = a->hs + s * N * H;
+    float *hn = a->hs + (s + 1) * N * H;
+    if (nb > 0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)H, 1.0f, hp + n0 * H, (int)H, a->R,
+                  (int)H, 0.0f, Rh, (int)H3);
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t L = a->len ? a->len[n] : T;
+      if (s >= L) {   /* padded: the state stays, y at time index s is 0 */
+        memcpy(hn + n * H, hp + n * H, (size_t)H * sizeof(float));
+        memset(a->y + (s * N + n) * Hy + a->y_offset, 0, (size_t)H * sizeof(float));
+        if (train) memset(a->gates + (s * N + n) * 4 * H, 0, (size_t)(4 * H) * sizeof(float));
+        continue;
+      }
+      const int64_t t = a->reverse ? L - 1 - s : s;
+      fwd_point(H, a->Wx + (t * N + n) * H3, Rh + (n - n0) * H3, a->bx, a->br, hp + n * H, hn + n * H,
+                a->y + (t * N + n) * Hy + a->y_offset, train ? a->gates + (s * N + n) * 4 * H : NULL, range, counts,
+                observe, train);
+    }
+  }
+}
+
+/* Thread k of nt: its rows of W x, then (after all threads have theirs) its rows' recurrence. */
+QG_CLONES static void fwd_thread(const fwd_args *a, int k) {
+  const int nt = a->nt;
+  const int64_t TN = a->T * a->N, H3 = 3 * a->H, r0 = part(TN, k, nt), r1 = part(TN, k + 1, nt);
+  if (r1 > r0 && H3 > 0) {
+    if (a->C > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)H3, (int)a->C, 1.0f, a->x + r0 * a->C,
+                  (int)a->C, a->W, (int)a->C, 0.0f, a->Wx + r0 * H3, (int)H3);
+    else
+      memset(a->Wx + r0 * H3, 0, (size_t)((r1 - r0) * H3) * sizeof(float));
+  }
+  QG_PRAGMA(omp barrier)
+  const int64_t n0 = part(a->N, k, nt), n1 = part(a->N, k + 1, nt);
+  float *Rh = a->scratch + k * a->scratch_stride;
+  if (a->range) {
+    if (a->gates) fwd_rows(a, n0, n1, Rh, 1, 1); else fwd_rows(a, n0, n1, Rh, 1, 0);
+  } else {
+    if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
+  }
+}
+
+/* Observer values before the recurrence: x and x W^T at each row's valid time indices, h0. */
+static void observe_inputs(const fwd_args *a, const float *h0) {
+  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H;
+  double *range = a->range;
+  int64_t *counts = a->counts;
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t L = a->len ? a->len[n] : T;
+    for (int64_t t = 0; t < L; t++) {
+      for (int64_t c = 0; c < C; c++) OBS(QG_Q_INPUT_X, a->x[(t * N + n) * C + c]);
+      for (int64_t j = 0; j < H3; j++) OBS(QG_Q_MATMUL_WX, a->Wx[(t * N + n) * H3 + j]);
+    }
+  }
+  if (h0)
+    for (int64_t i = 0; i < N * H; i++) OBS(QG_Q_OUTPUT_H, h0[i]);
+}
+
+qg_status qg_cpu_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates, const qg_stats *stats,
+                             const qg_tensor *x, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx,
+                             const qg_tensor *br, const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_gru_forward";
+  fwd_args a;
+  a.T = x->dims[0]; a.N = x->dims[1]; a.C = x->dims[2]; a.H = R->dims[1]; a.Hy = y->dims[2];
+  a.y_offset = y_offset; a.reverse = reverse;
+  a.nt = stats ? 1 : gru_threads(a.N);
+  a.x = (const float *)x->data; a.W = (const float *)W->data; a.R = (const float *)R->data;
+  a.bx = (const float *)bx->data; a.br = (const float *)br->data;
+  a.len = lengths ? (const int64_t *)lengths->data : NULL;
+  a.y = (float *)y->data; a.hs = (float *)hs->data; a.gates = gates ? (float *)gates->data : NULL;
+  a.range = stats ? (double *)stats->range->data : NULL;
+  a.counts = stats ? (int64_t *)stats->counts->data : NULL;
+  const int64_t TN = a.T * a.N, H3 = 3 * a.H, NH = a.N * a.H;
+  a.scratch_stride = ((part(a.N, 1, a.nt) + 1) * H3 + 15) & ~(int64_t)15;
+  float *ws;
+  QG_CHECK(qg_workspace(ctx, fn, (TN * H3 + a.nt * a.scratch_stride) * (int64_t)sizeof(float), (void **)&ws));
+  a.Wx = ws; a.scratch = ws + TN * H3;
+
+  if (h0) memcpy(a.hs, h0->data, (size_t)NH * sizeof(float));
+  else memset(a.hs, 0, (size_t)NH * sizeof(float));
+  if (a.nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(a.nt))
+    fwd_thread(&a, QG_THREAD_NUM());
+    openblas_set_num_threads(blas);
+  } else if (stats) {
+    /* one thread: W x first (observed), then the recurrence */
+    if (TN > 0 && H3 > 0 && a.C > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)a.C, 1.0f, a.x, (int)a.C, a.W,
+                  (int)a.C, 0.0f, a.Wx, (int)H3);
+    else
+      memset(a.Wx, 0, (size_t)(TN * H3) * sizeof(float));
+    observe_inputs(&a, h0 ? (const float *)h0->data : NULL);
+    if (a.gates) fwd_rows(&a, 0, a.N, a.scratch, 1, 1); else fwd_rows(&a, 0, a.N, a.scratch, 1, 0);
+  } else {
+    fwd_thread(&a, 0);
   }
   return QG_OK;
 }
 
-static void add_column_sums(float *out, const float *m, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) out[c] += m[r * cols + c];
+/* ---- backward -------------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t T, N, C, H, Hy;
+  int y_offset, reverse, nt;
+  const float *x, *W, *R, *hs, *gates, *dy, *dhn;
+  const int64_t *len;
+  float *dx, *dW, *dR, *dbx, *dbr, *dh0;
+  float *dp, *dq;            /* [T*N, 3H]: pre-activation gradients by time index / by step */
+  float *scratch;            /* per thread: dh and dh_next [rows, H] each */
+  int64_t scratch_stride;
+} bwd_args;
+
+/* One valid step of one row: gradients of the pre-activations (dp, for W and x), of R h + br
+ * (dq, for R, h and br) and the state gradient through z (dnext; the GEMM adds dq R after). */
+QG_INLINE void bwd_point(int64_t H, const float *restrict gr, const float *restrict hp, const float *restrict dh,
+                         const float *restrict dyrow, float *restrict dpr, float *restrict dqr, float *restrict dnext,
+                         const int has_dy) {
+  for (int64_t i = 0; i < H; i++) {
+    const float z = gr[i], r = gr[H + i], g = gr[2 * H + i], q = gr[3 * H + i];
+    const float dht = has_dy ? dh[i] + dyrow[i] : dh[i];
+    const float dgpre = (1.0f - z) * dht * (1.0f - g * g);
+    const float dzpre = (hp[i] - g) * dht * z * (1.0f - z);
+    const float drpre = dgpre * q * r * (1.0f - r);
+    dpr[i] = dzpre; dpr[H + i] = drpre; dpr[2 * H + i] = dgpre;
+    dqr[i] = dzpre; dqr[H + i] = drpre; dqr[2 * H + i] = dgpre * r;
+    dnext[i] = z * dht;
+  }
 }
 
-qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                          qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
-                          const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
-                          const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
-                          const qg_tensor *hs, const qg_tensor *gates, int reverse) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
-  int64_t T, N, C, H;
-  QG_CHECK(qg_check_gru_args(ctx, fn, x, W, R, &T, &N, &C, &H));
-  int64_t b3[1] = {3 * H}, hsd[3] = {T + 1, N, H}, gd[3] = {T, N, 4 * H}, nh[2] = {N, H};
-  int64_t xd[3] = {T, N, C}, wd[2] = {3 * H, C}, rd[2] = {3 * H, H};
-  if (!gates) return qg_fail(ctx, QG_ERR_ARG, fn, "gates is NULL: run the forward in training mode first");
-  QG_CHECK(check_cpu_f32(ctx, fn, "hs", hs, 3, hsd));
-  QG_CHECK(check_cpu_f32(ctx, fn, "gates", gates, 3, gd));
-  if (dx) QG_CHECK(check_cpu_f32(ctx, fn, "dx", dx, 3, xd));
-  QG_CHECK(check_cpu_f32(ctx, fn, "dW", dW, 2, wd));
-  QG_CHECK(check_cpu_f32(ctx, fn, "dR", dR, 2, rd));
-  QG_CHECK(check_cpu_f32(ctx, fn, "dbx", dbx, 1, b3));
-  QG_CHECK(check_cpu_f32(ctx, fn, "dbr", dbr, 1, b3));
-  if (dh0) QG_CHECK(check_cpu_f32(ctx, fn, "dh0", dh0, 2, nh));
-  if (dy) QG_CHECK(check_y(ctx, fn, "dy", dy, y_offset, T, N, H));
-  if (dhn) QG_CHECK(check_cpu_f32(ctx, fn, "dhn", dhn, 2, nh));
-
-  const int64_t H3 = 3 * H;
-  float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, (2 * T * N * H3 + 2 * N * H) * (int64_t)sizeof(float), (void **)&ws));
-  float *dp = ws, *dq = ws + T * N * H3, *dh = dq + T * N * H3, *dh_next = dh + N * H;
-  const float *hsp = (const float *)hs->data, *gp = (const float *)gates->data;
-  const float *dyp = dy ? (const float *)dy->data : NULL;
-  const int64_t Hy = dy ? dy->dims[2] : 0;
-
-  if (dhn) memcpy(dh, dhn->data, (size_t)(N * H) * sizeof(float));
-  else memset(dh, 0, (size_t)(N * H) * sizeof(float));
-
+QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, float *dh_next, const int has_dy) {
+  const int64_t T = a->T, N = a->N, H = a->H, H3 = 3 * H, Hy = a->Hy, nb = n1 - n0;
+  if (a->dhn) memcpy(dh, a->dhn + n0 * H, (size_t)(nb * H) * sizeof(float));
+  else memset(dh, 0, (size_t)(nb * H) * sizeof(float));
   for (int64_t s = T - 1; s >= 0; s--) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    const float *hp = hsp + s * N * H;
-    for (int64_t n = 0; n < N; n++) {
-      const float *gr = gp + (s * N + n) * 4 * H;
-      const float *dyrow = dyp ? dyp + (t * N + n) * Hy + y_offset : NULL;
-      float *dpr = dp + (t * N + n) * H3, *dqr = dq + (s * N + n) * H3;
-      for (int64_t i = 0; i < H; i++) {
-        const float z = gr[i], r = gr[H + i], g = gr[2 * H + i], q = gr[3 * H + i];
-        const float dht = dh[n * H + i] + (dyrow ? dyrow[i] : 0.0f);
-        const float dgpre = (1.0f - z) * dht * (1.0f - g * g);
-        const float dzpre = (hp[n * H + i] - g) * dht * z * (1.0f - z);
-        const float drpre = dgpre * q * r * (1.0f - r);
-        dpr[i] = dzpre; dpr[H + i] = drpre; dpr[2 * H + i] = dgpre;
-        dqr[i] = dzpre; dqr[H + i] = drpre; dqr[2 * H + i] = dgpre * r;
-        dh_next[n * H + i] = z * dht;
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t L = a->len ? a->len[n] : T;
+      float *dhr = dh + (n - n0) * H, *dnr = dh_next + (n - n0) * H;
+      if (s >= L) {   /* padded: the state gradient passes through; no gate gradients */
+        memcpy(dnr, dhr, (size_t)H * sizeof(float));
+        memset(a->dp + (s * N + n) * H3, 0, (size_t)H3 * sizeof(float));
+        memset(a->dq + (s * N + n) * H3, 0, (size_t)H3 * sizeof(float));
+        continue;
       }
+      const int64_t t = a->reverse ? L - 1 - s : s;
+      bwd_point(H, a->gates + (s * N + n) * 4 * H, a->hs + (s * N + n) * H, dhr,
+                has_dy ? a->dy + (t * N + n) * Hy + a->y_offset : NULL, a->dp + (t * N + n) * H3,
+                a->dq + (s * N + n) * H3, dnr, has_dy);
     }
-    if (N > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)H, (int)H3, 1.0f, dq + s * N * H3,
-                  (int)H3, (const float *)R->data, (int)H, 1.0f, dh_next, (int)H);
+    if (nb > 0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)H, (int)H3, 1.0f, a->dq + (s * N + n0) * H3,
+                  (int)H3, a->R, (int)H, 1.0f, dh_next, (int)H);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
   }
-  if (dh0) memcpy(dh0->data, dh, (size_t)(N * H) * sizeof(float));
-  if (T * N > 0 && H > 0) {
-    if (dx && C > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(T * N), (int)C, (int)H3, 1.0f, dp, (int)H3,
-                  (const float *)W->data, (int)C, 1.0f, (float *)dx->data, (int)C);
+  if (a->dh0) memcpy(a->dh0 + n0 * H, dh, (size_t)(nb * H) * sizeof(float));
+}
+
+/* Thread k of nt: its rows' recurrence, then (after all threads) its share of the weight GEMMs. */
+QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
+  const int nt = a->nt;
+  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, TN = T * N;
+  const int64_t n0 = part(N, k, nt), n1 = part(N, k + 1, nt);
+  float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
+  if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
+  QG_PRAGMA(omp barrier)
+  if (TN <= 0 || H <= 0) return;
+  const int64_t r0 = part(TN, k, nt), r1 = part(TN, k + 1, nt), j0 = part(H3, k, nt), j1 = part(H3, k + 1, nt);
+  if (a->dx && C > 0 && r1 > r0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)C, (int)H3, 1.0f, a->dp + r0 * H3, (int)H3,
+                a->W, (int)C, 1.0f, a->dx + r0 * C, (int)C);
+  if (j1 > j0) {
     if (C > 0)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H3, (int)C, (int)(T * N), 1.0f, dp, (int)H3,
-                  (const float *)x->data, (int)C, 1.0f, (float *)dW->data, (int)C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H3, (int)H, (int)(T * N), 1.0f, dq, (int)H3,
-                hsp, (int)H, 1.0f, (float *)dR->data, (int)H);
-    add_column_sums((float *)dbx->data, dp, T * N, H3);
-    add_column_sums((float *)dbr->data, dq, T * N, H3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3,
+                  a->x, (int)C, 1.0f, a->dW + j0 * C, (int)C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3,
+                a->hs, (int)H, 1.0f, a->dR + j0 * H, (int)H);
+    for (int64_t r = 0; r < TN; r++)
+      for (int64_t j = j0; j < j1; j++) { a->dbx[j] += a->dp[r * H3 + j]; a->dbr[j] += a->dq[r * H3 + j]; }
+  }
+}
+
+qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
+                              qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_tensor *x,
+                              const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
+                              const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_gru_backward";
+  bwd_args a;
+  a.T = x->dims[0]; a.N = x->dims[1]; a.C = x->dims[2]; a.H = R->dims[1]; a.Hy = dy ? dy->dims[2] : 0;
+  a.y_offset = y_offset; a.reverse = reverse;
+  a.nt = gru_threads(a.N);
+  a.x = (const float *)x->data; a.W = (const float *)W->data; a.R = (const float *)R->data;
+  a.hs = (const float *)hs->data; a.gates = (const float *)gates->data;
+  a.dy = dy ? (const float *)dy->data : NULL; a.dhn = dhn ? (const float *)dhn->data : NULL;
+  a.len = lengths ? (const int64_t *)lengths->data : NULL;
+  a.dx = dx ? (float *)dx->data : NULL; a.dW = (float *)dW->data; a.dR = (float *)dR->data;
+  a.dbx = (float *)dbx->data; a.dbr = (float *)dbr->data; a.dh0 = dh0 ? (float *)dh0->data : NULL;
+  const int64_t TNH3 = a.T * a.N * 3 * a.H;
+  a.scratch_stride = (2 * (part(a.N, 1, a.nt) + 1) * a.H + 15) & ~(int64_t)15;
+  float *ws;
+  QG_CHECK(qg_workspace(ctx, fn, (2 * TNH3 + a.nt * a.scratch_stride) * (int64_t)sizeof(float), (void **)&ws));
+  a.dp = ws; a.dq = ws + TNH3; a.scratch = ws + 2 * TNH3;
+  if (a.nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(a.nt))
+    bwd_thread(&a, QG_THREAD_NUM());
+    openblas_set_num_threads(blas);
+  } else {
+    bwd_thread(&a, 0);
   }
   return QG_OK;
 }

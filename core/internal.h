@@ -51,9 +51,13 @@ void qg_rng_seed_state(uint64_t s[4], uint64_t seed);
 
 int64_t qg_tensor_bytes(const qg_tensor *t);
 
-/* The float GRU's arguments x [T, N, C], W [3H, C], R [3H, H]: f32, CPU; fills T, N, C, H. */
+/* The GRU's arguments x [T, N, C], W [3H, C], R [3H, H]: f32 (any device); fills T, N, C, H.
+ * Defined in core/gru.c. */
 qg_status qg_check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, const qg_tensor *W,
                             const qg_tensor *R, int64_t *T, int64_t *N, int64_t *C, int64_t *H);
+/* lengths: NULL, or i64 [N] whose values (when on the host) are in 1..T; the error names the row.
+ * Defined in core/gru.c. */
+qg_status qg_check_gru_lengths(qg_ctx *ctx, const char *fn, const qg_tensor *lengths, int64_t T, int64_t N);
 
 /* Validates one quantizer: bitwidth 1..32, |e| <= 31, zero point on the grid. */
 qg_status qg_check_qspec(qg_ctx *ctx, const char *fn, const char *what, int bitwidth, int is_unsigned, int e, int z);

@@ -126,32 +126,50 @@ qg_status qg_argmax_rows(qg_ctx *ctx, qg_tensor *out, const qg_tensor *x);
 /* out [d1, d0, ...] = src [d0, d1, ...] with the first two dims swapped (batch_first <-> time-major). */
 qg_status qg_transpose01(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src);
 
+/* Calibration statistics observer (defined with the quantization section below). */
+typedef struct qg_stats qg_stats;
+
 /* ---- GRU (one layer, one direction) ----------------------------------------------------------
- * Sizes: T steps, N batch, C inputs, H hidden. All tensors f32 on one device.
- *   y      [T, N, Hy]  out: columns [y_offset, y_offset + H) of each row get h_t (Hy >= H; a
- *                      bidirectional layer writes fwd at offset 0 and bwd at offset H)
- *   hs     [T+1, N, H] out: hidden states in processing order, hs[0] = h0 (zeros if h0 is NULL)
- *   gates  [T, N, 4H]  out: saved for backward, in processing order like hs: [z, r, g, Rh_g + br_g];
- *                      NULL at inference
- *   x      [T, N, C]   W [3H, C]   R [3H, H]   bx [3H]   br [3H]   h0 [N, H] or NULL
- *   reverse            0: process t = 0..T-1; 1: t = T-1..0 (hs[s] is the state after s steps)
- * Workspace: 3*T*N*H + 3*N*H floats.                                                              */
-qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates,
-                         const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
-                         const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0, int reverse);
+ * Sizes: T steps, N batch, C inputs, H hidden. All tensors on one device; float tensors f32.
+ *   y       [T, N, Hy]  out: columns [y_offset, y_offset + H) of each row get h_t (Hy >= H; a
+ *                       bidirectional layer writes fwd at offset 0 and bwd at offset H); 0 at the
+ *                       padded time indices t in [L_n, T) of row n
+ *   hs      [T+1, N, H] out: hidden states in processing order, hs[0] = h0 (zeros if h0 is NULL),
+ *                       hs[s + 1] the state after processing step s; hs[T] is the final state h_n
+ *   gates   [T, N, 4H]  out: saved for backward, in processing order like hs: [z, r, g, Rh_g + br_g]
+ *                       (zeros at padded steps); NULL at inference
+ *   stats   observer or NULL: when given, every operator's float value is added to its row
+ *           (QG_Q_*) of stats->range f64 [13, 4] and stats->counts i64 [13, QG_STATS_BINS]:
+ *           input.x, matmul.Wx (x W^T), output.h (h0 when given, and every new state),
+ *           matmul.Rh (R h, and Rh_g + br_g), gate pre-activations and outputs, op.rRh,
+ *           op.old_contrib (z h), op.new_contrib ((1 - z) g). Only valid steps are observed.
+ *   x       [T, N, C]   W [3H, C]   R [3H, H]   bx [3H]   br [3H]   h0 [N, H] or NULL
+ *   lengths i64 [N] or NULL (every row has T steps): row n has L_n = lengths[n] valid steps,
+ *           1 <= L_n <= T (PyTorch's pack_padded_sequence). Processing step s (0..T-1) is valid
+ *           for row n iff s < L_n, at time index t = reverse ? L_n - 1 - s : s; an invalid step
+ *           leaves the row's state unchanged (hs[s + 1] = hs[s]). So hs[T] is h_n for both
+ *           directions, and the reverse direction starts at each row's last valid time index.
+ *           Checked on the host (a value outside 1..T is an error naming the row).
+ *   reverse 0: process t = 0..L_n-1; 1: t = L_n-1..0
+ * Workspace (CPU): 3*T*N*H + 3*N*H floats, plus 4*H per thread.                                   */
+qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates, const qg_stats *stats,
+                         const qg_tensor *x, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
+                         const qg_tensor *h0, const qg_tensor *lengths, int reverse);
 /* Backward of qg_gru_forward (training mode: gates must have been saved).
- *   dx     [T, N, C]  out, ACCUMULATED (a bidirectional layer adds both directions); NULL to skip
+ *   dx      [T, N, C]  out, ACCUMULATED (a bidirectional layer adds both directions); NULL to skip;
+ *                      0 is added at padded time indices
  *   dW [3H, C], dR [3H, H], dbx [3H], dbr [3H]  out, ACCUMULATED
- *   dh0    [N, H]     out, OVERWRITTEN with dL/dh0; NULL to skip
- *   dy     [T, N, Hy] gradient of y (columns [y_offset, y_offset + H)); NULL for none
- *   dhn    [N, H]     gradient of the final state hs[T]; NULL for none
- *   x, W, R, hs, gates as given to / produced by the forward.
- * Workspace: 6*T*N*H + 2*N*H floats.                                                              */
-qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                          qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0,
-                          const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
-                          const qg_tensor *x, const qg_tensor *W, const qg_tensor *R,
-                          const qg_tensor *hs, const qg_tensor *gates, int reverse);
+ *   dh0     [N, H]     out, OVERWRITTEN with dL/dh0; NULL to skip
+ *   dy      [T, N, Hy] gradient of y (columns [y_offset, y_offset + H)); NULL for none; ignored at
+ *                      padded time indices
+ *   dhn     [N, H]     gradient of the final state hs[T]; NULL for none
+ *   x, W, R, hs, gates, lengths, reverse as given to / produced by the forward (padded steps
+ *   pass the state gradient through unchanged).
+ * Workspace (CPU): 6*T*N*H + 2*N*H floats.                                                        */
+qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
+                          qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_tensor *x,
+                          const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
+                          const qg_tensor *lengths, int reverse);
 
 /* ---- Linear: y [N, O] = x [N, I] W^T + b;  W [O, I], b [O] or NULL ------------------------ */
 qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b);
@@ -236,10 +254,10 @@ enum { QG_STATS_BINS = 2048 };
  *   counts  i64 [rows, QG_STATS_BINS]  histogram counts over [lo, hi], kept when hi > lo
  * Counts are integers and min/max do not depend on order, so every device fills them alike.
  * The GRU forwards use one row per activation operator, indexed by QG_Q_*. */
-typedef struct qg_stats {
+struct qg_stats {
   qg_tensor *range;
   qg_tensor *counts;
-} qg_stats;
+};
 enum { QG_CALIB_MINMAX = 0, QG_CALIB_HISTOGRAM = 1, QG_CALIB_MSE = 2, QG_CALIB_PERCENTILE = 3 };
 
 /* One per-tensor quantizer. */

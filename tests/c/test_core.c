@@ -103,7 +103,7 @@ static void test_gru_step(qg_ctx *ctx) {
   qg_tensor *y = mk(ctx, QG_F32, 3, 1, 1, 1), *hs = mk(ctx, QG_F32, 3, 2, 1, 1), *g = mk(ctx, QG_F32, 3, 1, 1, 4);
   float xv = 0.8f, wv[3] = {0.3f, -0.6f, 1.1f}, rv[3] = {-0.4f, 0.7f, 0.9f}, bxv[3] = {0.1f, 0.2f, -0.3f}, brv[3] = {0.05f, -0.1f, 0.4f}, hv = 0.5f;
   set_f32(x, &xv); set_f32(W, wv); set_f32(R, rv); set_f32(bx, bxv); set_f32(br, brv); set_f32(h0, &hv);
-  CHECK(qg_gru_forward(ctx, y, 0, hs, g, x, W, R, bx, br, h0, 0) == QG_OK);
+  CHECK(qg_gru_forward(ctx, y, 0, hs, g, NULL, x, W, R, bx, br, h0, NULL, 0) == QG_OK);
   double z = sig(0.3 * 0.8 + 0.1 - 0.4 * 0.5 + 0.05), r = sig(-0.6 * 0.8 + 0.2 + 0.7 * 0.5 - 0.1);
   double gg = tanh(1.1 * 0.8 - 0.3 + r * (0.9 * 0.5 + 0.4)), h = z * 0.5 + (1 - z) * gg;
   CHECK_NEAR(f32(y, 0), h, 1e-6);
@@ -113,9 +113,9 @@ static void test_gru_step(qg_ctx *ctx) {
   CHECK_NEAR(f32(g, 2), gg, 1e-6);
   CHECK_NEAR(f32(g, 3), 0.9 * 0.5 + 0.4, 1e-6);
   qg_tensor *badW = mk(ctx, QG_F32, 2, 3, 2, 0);
-  CHECK(qg_gru_forward(ctx, y, 0, hs, g, x, badW, R, bx, br, h0, 0) == QG_ERR_ARG);
+  CHECK(qg_gru_forward(ctx, y, 0, hs, g, NULL, x, badW, R, bx, br, h0, NULL, 0) == QG_ERR_ARG);
   CHECK(strstr(qg_last_error(ctx), "W: expected shape [3, 1], got [3, 2]") != NULL);
-  CHECK(qg_gru_forward(ctx, y, 1, hs, g, x, W, R, bx, br, h0, 0) == QG_ERR_ARG);
+  CHECK(qg_gru_forward(ctx, y, 1, hs, g, NULL, x, W, R, bx, br, h0, NULL, 0) == QG_ERR_ARG);
   qg_tensor_free(x); qg_tensor_free(W); qg_tensor_free(R); qg_tensor_free(bx); qg_tensor_free(br);
   qg_tensor_free(h0); qg_tensor_free(y); qg_tensor_free(hs); qg_tensor_free(g); qg_tensor_free(badW);
 }
