@@ -124,12 +124,19 @@ local function samples(kind, n, seed)
 end
 
 local function stats_of(t)
-  local st = qgru.zeros({ 1, lib.QG_STATS_WIDTH }, "f64")
-  clib.check(ctx, lib.qg_stats_reset(ctx, st.t))
-  clib.check(ctx, lib.qg_stats_add(ctx, st.t, 0, t.t))
-  clib.check(ctx, lib.qg_stats_begin_histogram(ctx, st.t))
-  clib.check(ctx, lib.qg_stats_add(ctx, st.t, 0, t.t))
-  return st
+  local range, counts = qgru.zeros({ 1, 4 }, "f64"), qgru.zeros({ 1, lib.QG_STATS_BINS }, "i64")
+  local st = ffi.new("qg_stats")
+  st.range, st.counts = range.t, counts.t
+  clib.check(ctx, lib.qg_stats_reset(ctx, st))
+  clib.check(ctx, lib.qg_stats_add(ctx, st, 0, t.t))
+  clib.check(ctx, lib.qg_stats_begin_histogram(ctx, st))
+  clib.check(ctx, lib.qg_stats_add(ctx, st, 0, t.t))
+  -- totable(): one row as {min, max, lo, hi, counts...} (the layout the references read)
+  return { stats = st, range = range, counts = counts, totable = function()
+    local row = range:totable()[1]
+    for _, c in ipairs(counts:totable()[1]) do row[#row + 1] = c end
+    return { row }
+  end }
 end
 
 -- The brute-force reference, from QUANT_SPEC.md section 5 and the candidate set documented in
@@ -186,7 +193,7 @@ end
 describe("calibration methods vs brute force over the same cost", function()
   local e32, z32, cost = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"), ffi.new("double[1]")
   local function calibrate(st, bits, sym, uns, method, pct)
-    clib.check(ctx, lib.qg_calibrate_row(ctx, e32, z32, cost, st.t, 0, bits, sym and 1 or 0, uns and 1 or 0, method, pct or 99.99))
+    clib.check(ctx, lib.qg_calibrate_row(ctx, e32, z32, cost, st.stats, 0, bits, sym and 1 or 0, uns and 1 or 0, method, pct or 99.99))
     return e32[0], z32[0]
   end
   for _, kind in ipairs({ "gaussian", "uniform", "heavy" }) do
@@ -196,7 +203,7 @@ describe("calibration methods vs brute force over the same cost", function()
         local t = samples(kind, 4000, bits * 7 + (sym and 1 or 0))
         if uns then local p = t:ptr() for i = 0, t:numel() - 1 do p[i] = math.abs(p[i]) end end
         local st = stats_of(t)
-        local row = st:totable()[1]
+        local row = st.totable()[1]
         assert.are.same({ ref_minmax(row[1], row[2], bits, sym, uns) }, { calibrate(st, bits, sym, uns, lib.QG_CALIB_MINMAX) })
         assert.are.same({ ref_search(row, bits, sym, uns, 3) }, { calibrate(st, bits, sym, uns, lib.QG_CALIB_HISTOGRAM) })
         assert.are.same({ ref_search(row, bits, sym, uns, 1) }, { calibrate(st, bits, sym, uns, lib.QG_CALIB_MSE) })

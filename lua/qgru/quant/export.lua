@@ -117,7 +117,6 @@ function M.exportWeights(model, path)
   local t, meta = {}, { ["qgru.kind"] = "weight-codes", ["qgru.rounding"] = "half_to_even" }
   for _, g in ipairs(grus_of(model)) do
     for lq in g.gru.qstate:each() do
-      lq:quantizeWeights()
       for i, op in ipairs(config.WEIGHT_OPS) do
         local q = lq.w[i]
         local dt = (q.bitwidth <= 8 and (q.is_unsigned and "u8" or "i8")) or (q.bitwidth <= 16 and not q.is_unsigned and "i16") or "i32"

@@ -223,7 +223,7 @@ function GRUQuant:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
       xmask = gru:buffer("_q_xm" .. key, { T, N, inp:size(3) }, dev, "u8"),
     }
     saved.hq, saved.cell, saved.xq, saved.xmask = s.hq.t, s.cell.t, s.xq.t, s.xmask.t
-    lq.last = { tensors = s, saved = saved, h0 = h0v, lengths = lengths }
+    lq.last = { hq = s.hq, cell = s.cell, xq = s.xq, xmask = s.xmask, saved = saved, h0 = h0v, lengths = lengths }
   else
     lq.last = nil
   end
