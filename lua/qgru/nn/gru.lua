@@ -104,7 +104,7 @@ local function split_input(self, input)
 end
 
 -- Per-row lengths as an i64 [N] tensor on the device, each checked to be in 1..T.
-function GRU:_lengths(L, T, N, dev)
+function GRU:_lengthsTensor(L, T, N, dev)
   if L == nil then return nil end
   local vals = {}
   if getmetatable(L) == Tensor then
@@ -125,10 +125,10 @@ function GRU:_lengths(L, T, N, dev)
       self:fail("lengths[%d] = %s: every length must be an integer in 1..T = %d", n, tostring(v), T)
     end
   end
-  local t = self:buffer("_lengths", { N }, "cpu", "i64")
+  local t = self:buffer("_len_cpu", { N }, "cpu", "i64")
   local p = t:ptr()
   for n = 1, N do p[n - 1] = vals[n] end
-  if dev ~= "cpu" then t = self:buffer("_lengths_dev", { N }, dev, "i64"):copy(t) end
+  if dev ~= "cpu" then t = self:buffer("_len_dev", { N }, dev, "i64"):copy(t) end
   return t
 end
 
@@ -180,7 +180,7 @@ function GRU:updateOutput(input)
   local H, D, L = self.hiddenSize, self.dirs, self.layers
   local dev = xt:device()
   if h0 then self:checkInput(h0, { L * D, N, H }, nil, "h0") end
-  local lengths = self:_lengths(lens, T, N, dev)
+  local lengths = self:_lengthsTensor(lens, T, N, dev)
   self._lengths_used = lengths
   local q = self:_quant()
   if q then q:check(xt) end
@@ -272,7 +272,7 @@ end
 function GRU:clearState()
   for k in pairs(self) do
     if type(k) == "string" and (k:match("^_y%d") or k:match("^_hs%d") or k:match("^_gates%d") or k:match("^_dy")
-        or k:match("^_dx") or k:match("^_q_") or k:match("^_lengths") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
+        or k:match("^_dx") or k:match("^_q_") or k:match("^_len_") or k == "_x_tm" or k == "_out_bf" or k == "_dh0" or k == "h_n") then
       self[k] = nil
     end
   end
