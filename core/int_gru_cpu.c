@@ -11,6 +11,12 @@
  *   dx, dW, dR over all steps and the bias sums in a fixed order (deterministic).
  * Variable lengths: step s is valid for row n iff s < lengths[n], at time t = reverse ?
  *   lengths[n] - 1 - s : s; invalid steps keep the state, write y = 0 and pass dh through.
+ * Threads: every batch row runs its own recurrence, so the time loops of the forward and the
+ *   backward are split by batch rows over the threads (OpenMP, as many as OpenBLAS is set to use),
+ *   each thread calling single-threaded BLAS on its rows, with no synchronisation per step. The
+ *   per-row results do not depend on the split, and the bias gradients are summed after the loop
+ *   in one fixed order, so results are identical for any thread count. The statistics observer
+ *   runs on one thread (calibration is not time-critical).
  */
 #include "backend.h"
 #include "int_gru.h"
@@ -18,6 +24,34 @@
 
 #include <cblas.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#define QG_PRAGMA(x) _Pragma(#x)
+#define QG_THREAD_NUM() omp_get_thread_num()
+#else
+#define QG_PRAGMA(x)
+#define QG_THREAD_NUM() 0
+#endif
+
+/* OpenBLAS exports these (see context.c). */
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+
+/* Threads for a recurrence over N rows: OpenBLAS's setting, at most N, 1 without OpenMP. */
+static int row_threads(int64_t N) {
+#ifdef _OPENMP
+  int nt = openblas_get_num_threads();
+  if (nt < 1) nt = 1;
+  if (nt > N) nt = N < 1 ? 1 : (int)N;
+  return nt;
+#else
+  (void)N;
+  return 1;
+#endif
+}
+
+static inline int64_t part(int64_t n, int k, int nt) { return n * k / nt; }
 
 qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                           const qg_tensor *bx, const qg_tensor *br) {
@@ -125,7 +159,8 @@ static inline void bias_terms(const qg_int_gru *g, const int32_t *bxc, const int
 }
 
 /* The time loop of the forward; observe is a literal at each call so the compiler specializes it. */
-static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, const int64_t *L, int reverse, gemm_mode grh,
+static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int64_t n0, int64_t n1, const int64_t *L,
+                                 int reverse, gemm_mode grh,
                                  const int64_t *qWx, const uint8_t *mWx, int32_t *hqp, float *yp, int64_t Hy, int y_offset,
                                  uint8_t *cellp, int cell_bytes, float *Hf, const float *Rf, float *accRhf, double *Hc,
                                  const double *Rc, double *accRh, int64_t *qRh, uint8_t *mRh, const int observe, stat_rows st) {
@@ -137,10 +172,10 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, cons
   for (int64_t s = 0; s < T; s++) {
     const int32_t *hprev = hqp + s * N * H;
     int32_t *hnext = hqp + (s + 1) * N * H;
-    if (grh.use_f32) for (int64_t i = 0; i < N * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
-    else for (int64_t i = 0; i < N * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
-    gemm_codes(N, H3, H, grh, Hf, Rf, accRhf, Hc, Rc, accRh);
-    for (int64_t n = 0; n < N; n++) {
+    if (grh.use_f32) for (int64_t i = n0 * H; i < n1 * H; i++) Hf[i] = (float)((int64_t)hprev[i] - QH.z);
+    else for (int64_t i = n0 * H; i < n1 * H; i++) Hc[i] = (double)((int64_t)hprev[i] - QH.z);
+    gemm_codes(n1 - n0, H3, H, grh, Hf + n0 * H, Rf, accRhf + n0 * H3, Hc + n0 * H, Rc, accRh + n0 * H3);
+    for (int64_t n = n0; n < n1; n++) {
       const int64_t Ln = length_of(L, n, T);
       if (s >= Ln) {   /* padded step: the state stays */
         memcpy(hnext + n * H, hprev + n * H, (size_t)H * sizeof(int32_t));
@@ -238,15 +273,22 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
     for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rc[j * H + k] = (double)((int64_t)Rq[j * H + k] - g->w_zp[QG_W_R][j]));
   }
   gemm_codes(TN, H3, C, gwx, Xf, Wf, accWxf, Xc, Wc, accWx);
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t n = 0; n < N; n++) {
-      const int64_t r = t * N + n;
-      if (observing && t < length_of(L, n, T))
-        requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 1,
-                    st.range + 4 * QG_Q_MATMUL_WX, st.counts + (int64_t)QG_STATS_BINS * QG_Q_MATMUL_WX);
-      else
-        requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
-    }
+  if (observing) {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t n = 0; n < N; n++) {
+        const int64_t r = t * N + n;
+        if (t < length_of(L, n, T))
+          requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 1,
+                      st.range + 4 * QG_Q_MATMUL_WX, st.counts + (int64_t)QG_STATS_BINS * QG_Q_MATMUL_WX);
+        else
+          requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
+      }
+  } else {
+    const int nt = row_threads(TN);
+    QG_PRAGMA(omp parallel for num_threads(nt) schedule(static))
+    for (int64_t r = 0; r < TN; r++)
+      requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
+  }
   /* 3. h0 */
   for (int64_t i = 0; i < N * H; i++) {
     int m;
@@ -263,10 +305,23 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
   /* 5. the steps */
   uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
   const int cb = qg_cell_bytes(cq->narrow);
-  if (observing)
-    forward_steps(g, T, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 1, st);
-  else
-    forward_steps(g, T, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 0, st);
+  const int nt = observing ? 1 : row_threads(N);
+  if (observing) {
+    forward_steps(g, T, N, 0, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh,
+                  mRh, 1, st);
+  } else if (nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(nt)) {
+      const int k = QG_THREAD_NUM();
+      forward_steps(g, T, N, part(N, k, nt), part(N, k + 1, nt), L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf,
+                    Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 0, st);
+    }
+    openblas_set_num_threads(blas);
+  } else {
+    forward_steps(g, T, N, 0, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh,
+                  mRh, 0, st);
+  }
   if (hn) {
     float *o = (float *)hn->data;
     const int32_t *last = hqp + T * N * H;
@@ -275,43 +330,24 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
   return QG_OK;
 }
 
-qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                                  qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
-                                  const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
-                                  const qg_tensor *lengths, int reverse) {
-  const char *fn = "qg_int_gru_backward";
-  const qg_tensor *xq = saved->xq;
-  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
-  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+/* The backward's time loop for rows [n0, n1); returns the buffer holding dL/dh_0 (dh or dh_next:
+ * the same for every row block, as each runs T steps). bcx, bcr [T, N, 3H] get the unmasked bias
+ * contributions of each (step, row), summed after the loop in a fixed order. */
+static float *backward_rows(const qg_int_gru *g, int64_t T, int64_t N, int64_t n0, int64_t n1, const int64_t *L, int reverse,
+                            const int32_t *hqp, const uint8_t *sp, const float *dyp, int64_t Hy, int y_offset, float *dp,
+                            float *dq, float *dh, float *dh_next, float *bcx, float *bcr) {
+  const int64_t H = g->H, H3 = 3 * H;
   const qg_cell_q *cq = &g->cell;
   const int cb = qg_cell_bytes(cq->narrow);
-
-  /* workspace floats: dp [TN, 3H], dq [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
-   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
-  const int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
-  float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
-  float *dp = ws, *dq = dp + TN * H3, *dh = dq + TN * H3, *dh_next = dh + N * H, *Xf = dh_next + N * H, *Hf = Xf + TN * C;
-  float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
-  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
-  memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
-  if (L) memset(dp, 0, (size_t)(TN * H3) * sizeof(float));   /* padded (t, n) rows stay zero */
-
-  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
-  const int32_t *hqp = (const int32_t *)saved->hq->data;
-  const uint8_t *sp = (const uint8_t *)saved->cell->data;
-  const float *dyp = dy ? (const float *)dy->data : NULL;
-  const int64_t Hy = dy ? dy->dims[2] : 0;
-  if (dhn) memcpy(dh, dhn->data, (size_t)(N * H) * sizeof(float));
-  else memset(dh, 0, (size_t)(N * H) * sizeof(float));
-
   for (int64_t s = T - 1; s >= 0; s--) {
     const int32_t *hprev = hqp + s * N * H;
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = n0; n < n1; n++) {
       const int64_t Ln = length_of(L, n, T);
-      float *dqr = dq + (s * N + n) * H3;
+      float *dqr = dq + (s * N + n) * H3, *bxr = bcx + (s * N + n) * H3, *brr = bcr + (s * N + n) * H3;
       if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
         memset(dqr, 0, (size_t)H3 * sizeof(float));
+        memset(bxr, 0, (size_t)H3 * sizeof(float));
+        memset(brr, 0, (size_t)H3 * sizeof(float));
         memcpy(dh_next + n * H, dh + n * H, (size_t)H * sizeof(float));
         continue;
       }
@@ -326,17 +362,72 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
         for (int k = 0; k < 3; k++) {
           dpr[k * H + i] = gr.dp[k];
           dqr[k * H + i] = gr.dq[k];
-          sbx[k * H + i] += gr.dbx[k];
-          sbr[k * H + i] += gr.dbr[k];
+          bxr[k * H + i] = gr.dbx[k];
+          brr[k * H + i] = gr.dbr[k];
         }
         dh_next[n * H + i] = gr.dhprev;
       }
     }
-    if (N > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)H, (int)H3, 1.0f, dq + s * N * H3, (int)H3,
-                  g->fq[QG_W_R], (int)H, 1.0f, dh_next, (int)H);
+    if (n1 > n0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(n1 - n0), (int)H, (int)H3, 1.0f, dq + (s * N + n0) * H3,
+                  (int)H3, g->fq[QG_W_R], (int)H, 1.0f, dh_next + n0 * H, (int)H);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
   }
+  return dh;
+}
+
+qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                                  qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                                  const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                                  const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_backward";
+  const qg_tensor *xq = saved->xq;
+  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
+  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+  const qg_cell_q *cq = &g->cell;
+
+  /* workspace floats: dp [TN, 3H], dq [TN, 3H], bias contributions bcx, bcr [TN, 3H], dh, dh_next
+   * [N, H], Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
+  const int64_t nf = 4 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  float *ws;
+  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
+  float *dp = ws, *dq = dp + TN * H3, *bcx = dq + TN * H3, *bcr = bcx + TN * H3, *dh = bcr + TN * H3, *dh_next = dh + N * H;
+  float *Xf = dh_next + N * H, *Hf = Xf + TN * C;
+  float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
+  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
+  memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
+  if (L) memset(dp, 0, (size_t)(TN * H3) * sizeof(float));   /* padded (t, n) rows stay zero */
+
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  const int32_t *hqp = (const int32_t *)saved->hq->data;
+  const uint8_t *sp = (const uint8_t *)saved->cell->data;
+  const float *dyp = dy ? (const float *)dy->data : NULL;
+  const int64_t Hy = dy ? dy->dims[2] : 0;
+  if (dhn) memcpy(dh, dhn->data, (size_t)(N * H) * sizeof(float));
+  else memset(dh, 0, (size_t)(N * H) * sizeof(float));
+
+  const int nt = row_threads(N);
+  float *dh_first = dh;
+  if (nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(nt)) {
+      const int k = QG_THREAD_NUM();
+      float *r = backward_rows(g, T, N, part(N, k, nt), part(N, k + 1, nt), L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh,
+                               dh_next, bcx, bcr);
+      if (k == 0) dh_first = r;
+    }
+    openblas_set_num_threads(blas);
+  } else {
+    dh_first = backward_rows(g, T, N, 0, N, L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh, dh_next, bcx, bcr);
+  }
+  dh = dh_first;
+  /* bias gradients: in the order the serial loop visits (s descending, rows ascending), in double */
+  for (int64_t s = T - 1; s >= 0; s--)
+    for (int64_t n = 0; n < N; n++) {
+      const float *bxr = bcx + (s * N + n) * H3, *brr = bcr + (s * N + n) * H3;
+      for (int64_t j = 0; j < H3; j++) { sbx[j] += bxr[j]; sbr[j] += brr[j]; }
+    }
   if (dh0) {
     float *o = (float *)dh0->data;
     for (int64_t i = 0; i < N * H; i++) {
