@@ -32,3 +32,33 @@ QG_OP(stats_add, (qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *
 QG_OP(fake_quant, (qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x, const qg_tensor *exps,
                    const qg_tensor *zps, int bitwidth, int is_unsigned),
       (ctx, fq, codes, mask, x, exps, zps, bitwidth, is_unsigned))
+QG_OP(cross_entropy, (qg_ctx *ctx, double *loss, qg_tensor *dlogits, const qg_tensor *logits, const qg_tensor *target,
+                      double scale),
+      (ctx, loss, dlogits, logits, target, scale))
+QG_OP(count_correct, (qg_ctx *ctx, int64_t *correct, const qg_tensor *logits, const qg_tensor *target),
+      (ctx, correct, logits, target))
+QG_OP(mse, (qg_ctx *ctx, double *loss, qg_tensor *dpred, const qg_tensor *pred, const qg_tensor *target, double scale),
+      (ctx, loss, dpred, pred, target, scale))
+QG_OP(sgd_step, (qg_ctx *ctx, qg_tensor *param, qg_tensor *momentum_buf, const qg_tensor *grad, double lr, double momentum,
+                 double dampening, double weight_decay, int nesterov, int first_step),
+      (ctx, param, momentum_buf, grad, lr, momentum, dampening, weight_decay, nesterov, first_step))
+QG_OP(adam_step, (qg_ctx *ctx, qg_tensor *param, qg_tensor *exp_avg, qg_tensor *exp_avg_sq, const qg_tensor *grad,
+                  double lr, double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
+                  double grad_scale),
+      (ctx, param, exp_avg, exp_avg_sq, grad, lr, beta1, beta2, eps, weight_decay, decoupled, step, grad_scale))
+QG_OP(sgd_arena_step, (qg_ctx *ctx, qg_tensor *grad_norm, qg_tensor *params, qg_tensor *momentum_buf,
+                       const qg_tensor *grads, const qg_tensor *offsets, double lr, double momentum, double dampening,
+                       double weight_decay, int nesterov, int first_step, double max_norm),
+      (ctx, grad_norm, params, momentum_buf, grads, offsets, lr, momentum, dampening, weight_decay, nesterov, first_step,
+       max_norm))
+QG_OP(adam_arena_step, (qg_ctx *ctx, qg_tensor *grad_norm, qg_tensor *params, qg_tensor *exp_avg, qg_tensor *exp_avg_sq,
+                        const qg_tensor *grads, const qg_tensor *offsets, double lr, double beta1, double beta2,
+                        double eps, double weight_decay, int decoupled, int64_t step, double max_norm),
+      (ctx, grad_norm, params, exp_avg, exp_avg_sq, grads, offsets, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+       max_norm))
+QG_OP(axpy, (qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x), (ctx, y, alpha, x))
+QG_OP(scale, (qg_ctx *ctx, qg_tensor *t, double alpha), (ctx, t, alpha))
+QG_OP(sum_squares, (qg_ctx *ctx, double *out, const qg_tensor *t), (ctx, out, t))
+QG_OP(argmax_rows, (qg_ctx *ctx, qg_tensor *out, const qg_tensor *x), (ctx, out, x))
+QG_OP(index_select, (qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, const qg_tensor *index), (ctx, out, src, index))
+QG_OP(transpose01, (qg_ctx *ctx, qg_tensor *out, const qg_tensor *src), (ctx, out, src))

@@ -1,28 +1,20 @@
 /*
- * loss_cpu.c: cross-entropy with logits and mean squared error on the CPU. Losses are computed in
- * double and averaged over the batch; the gradient is written in the same pass when asked for.
+ * loss_cpu.c: the CPU backends of the losses (front doors in loss.c): cross-entropy with logits
+ * and mean squared error, computed in double and averaged over the batch, the gradient written
+ * in the same pass when asked for; and the count of rows whose argmax is the target class.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <math.h>
 
-qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
-                           const qg_tensor *logits, const qg_tensor *target, double scale) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
-  if (!loss) return qg_fail(ctx, QG_ERR_ARG, fn, "loss is NULL");
-  QG_CHECK(qg_check_tensor(ctx, fn, "logits", logits, QG_F32, 2, NULL));
-  int64_t N = logits->dims[0], K = logits->dims[1], td[1] = {N};
-  QG_CHECK(qg_check_tensor(ctx, fn, "target", target, QG_I64, 1, td));
-  if (dlogits) QG_CHECK(qg_check_tensor(ctx, fn, "dlogits", dlogits, QG_F32, 2, logits->dims));
-  if (logits->device != QG_CPU || target->device != QG_CPU || (dlogits && dlogits->device != QG_CPU))
-    return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "cuda tensors: the CUDA loss kernels are not in this build yet");
-  if (N == 0) return qg_fail(ctx, QG_ERR_ARG, fn, "empty batch");
+qg_status qg_cpu_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
+                               const qg_tensor *logits, const qg_tensor *target, double scale) {
+  const int64_t N = logits->dims[0], K = logits->dims[1];
   const int64_t *tp = (const int64_t *)target->data;
   for (int64_t n = 0; n < N; n++)
     if (tp[n] < 0 || tp[n] >= K)
-      return qg_fail(ctx, QG_ERR_ARG, fn, "target[%lld] = %lld is not a class index in [0, %lld)", (long long)n,
-                     (long long)tp[n], (long long)K);
+      return qg_fail(ctx, QG_ERR_ARG, "qg_cross_entropy", "target[%lld] = %lld is not a class index in [0, %lld)",
+                     (long long)n, (long long)tp[n], (long long)K);
   const float *lp = (const float *)logits->data;
   double total = 0;
   for (int64_t n = 0; n < N; n++) {
@@ -45,17 +37,25 @@ qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
   return QG_OK;
 }
 
-qg_status qg_mse(qg_ctx *ctx, double *loss, qg_tensor *dpred,
-                 const qg_tensor *pred, const qg_tensor *target, double scale) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
-  if (!loss) return qg_fail(ctx, QG_ERR_ARG, fn, "loss is NULL");
-  QG_CHECK(qg_check_tensor(ctx, fn, "pred", pred, QG_F32, -1, NULL));
-  QG_CHECK(qg_check_tensor(ctx, fn, "target", target, QG_F32, pred->ndim, pred->dims));
-  if (dpred) QG_CHECK(qg_check_tensor(ctx, fn, "dpred", dpred, QG_F32, pred->ndim, pred->dims));
-  if (pred->device != QG_CPU || target->device != QG_CPU || (dpred && dpred->device != QG_CPU))
-    return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "cuda tensors: the CUDA loss kernels are not in this build yet");
-  if (pred->numel == 0) return qg_fail(ctx, QG_ERR_ARG, fn, "empty input");
+qg_status qg_cpu_count_correct(qg_ctx *ctx, int64_t *correct, const qg_tensor *logits, const qg_tensor *target) {
+  (void)ctx;
+  const int64_t N = logits->dims[0], K = logits->dims[1];
+  const float *lp = (const float *)logits->data;
+  const int64_t *tp = (const int64_t *)target->data;
+  int64_t c = 0;
+  for (int64_t n = 0; n < N; n++) {
+    const float *row = lp + n * K;
+    int64_t best = 0;
+    for (int64_t k = 1; k < K; k++) if (row[k] > row[best]) best = k;
+    c += best == tp[n];
+  }
+  *correct = c;
+  return QG_OK;
+}
+
+qg_status qg_cpu_mse(qg_ctx *ctx, double *loss, qg_tensor *dpred,
+                     const qg_tensor *pred, const qg_tensor *target, double scale) {
+  (void)ctx;
   const float *p = (const float *)pred->data, *t = (const float *)target->data;
   double total = 0, inv = 1.0 / (double)pred->numel;
   for (int64_t i = 0; i < pred->numel; i++) {

@@ -183,11 +183,15 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
  * dlogits [N, K] OVERWRITTEN with d(mean loss)/dlogits, scaled by scale (NULL to skip).          */
 qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
                            const qg_tensor *logits, const qg_tensor *target, double scale);
+/* Classification count: *correct = the number of rows n of logits [N, K] f32 whose largest value
+ * (the first one on ties, as qg_argmax_rows) is at index target[n] (target i64 [N]; N, K >= 1). */
+qg_status qg_count_correct(qg_ctx *ctx, int64_t *correct, const qg_tensor *logits, const qg_tensor *target);
 /* MSE: *loss = mean over all elements of (pred - target)^2; dpred OVERWRITTEN (NULL to skip). */
 qg_status qg_mse(qg_ctx *ctx, double *loss, qg_tensor *dpred,
                  const qg_tensor *pred, const qg_tensor *target, double scale);
 
-/* ---- optimizers (one parameter tensor per call; f32) ----------------------------------------
+/* ---- optimizers: per parameter tensor (the reference form) and fused over an arena ------------
+ * Per tensor (one parameter tensor per call; f32, all on one device):
  * SGD (PyTorch semantics): g = grad + wd * p; buf = momentum * buf + (1 - dampening) * g
  * (buf = g on the first step); g = nesterov ? g + momentum * buf : buf; p -= lr * g.
  * momentum_buf may be NULL when momentum == 0. first_step is 1 on the first update.           */
@@ -200,6 +204,28 @@ qg_status qg_sgd_step(qg_ctx *ctx, qg_tensor *param, qg_tensor *momentum_buf, co
 qg_status qg_adam_step(qg_ctx *ctx, qg_tensor *param, qg_tensor *exp_avg, qg_tensor *exp_avg_sq,
                        const qg_tensor *grad, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int decoupled, int64_t step, double grad_scale);
+/* Fused over a parameter arena: one call per training step, no host round trip per tensor.
+ * A model's parameters live in one f32 tensor params [P] and its gradients in grads [P] (see
+ * Module:arena in lua/qgru/nn/module.lua); parameter tensor k is the slice [offsets[k], offsets[k+1])
+ * of both. The optimizer state (momentum_buf, exp_avg, exp_avg_sq: f32 [P]) has the same layout.
+ *   grad_norm  f64 [1] out, on the arena's device, or NULL: the global L2 norm of grads before
+ *              clipping = sqrt(sum over k in order of (sum over slice k in element order of g^2,
+ *              accumulated in double)): the order of one qg_sum_squares per parameter, fixed.
+ *   params, state  f32 [P] in/out, updated in place;  grads f32 [P] in, not modified.
+ *   offsets    i64 [K + 1] CPU tensor (the arena's layout, read by the host): 0 = offsets[0] <=
+ *              offsets[1] <= ... <= offsets[K] = P, K >= 1.
+ *   max_norm   gradient-norm clipping: when max_norm >= 0 and norm > max_norm, every gradient is
+ *              multiplied by (float)(max_norm / (norm + 1e-6)) before the update; a negative value
+ *              turns clipping off. NaN is an error.
+ * Every element is then updated exactly as by qg_sgd_step / qg_adam_step (same hyperparameters,
+ * grad_scale = the clip factor), so the result is bit-identical to K per-tensor calls.          */
+qg_status qg_sgd_arena_step(qg_ctx *ctx, qg_tensor *grad_norm, qg_tensor *params, qg_tensor *momentum_buf,
+                            const qg_tensor *grads, const qg_tensor *offsets, double lr, double momentum,
+                            double dampening, double weight_decay, int nesterov, int first_step, double max_norm);
+qg_status qg_adam_arena_step(qg_ctx *ctx, qg_tensor *grad_norm, qg_tensor *params, qg_tensor *exp_avg,
+                             qg_tensor *exp_avg_sq, const qg_tensor *grads, const qg_tensor *offsets, double lr,
+                             double beta1, double beta2, double eps, double weight_decay, int decoupled,
+                             int64_t step, double max_norm);
 
 /* ---- files --------------------------------------------------------------------------------
  * IDX (MNIST format), optionally gzip-compressed: *out is a new CPU tensor of the file's dtype

@@ -1,11 +1,12 @@
 /*
- * tensor.c: qg_tensor creation, views, copies between host and device, and the small elementwise
- * and indexing operations the Lua side needs (fill, random init, axpy, argmax, index_select).
- * CPU tensors are computed here; CUDA tensors are moved through the device interface. Random
- * numbers are always drawn on the host from the context RNG, so an initialisation is identical
- * whichever device the tensor lives on.
+ * tensor.c: qg_tensor creation, views, copies between host and device, fill and random init
+ * (memory movement: CPU tensors are written here, CUDA tensors through the device interface), and
+ * the front doors of the small compute operations the Lua side needs (axpy, scale, sum of squares,
+ * argmax, index_select, transpose), whose backends are core/tensor_cpu.c and kernels/tensor.cu.
+ * Random numbers are always drawn on the host from the context RNG, so an initialisation is
+ * identical whichever device the tensor lives on.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -254,96 +255,71 @@ qg_status qg_randperm(qg_ctx *ctx, qg_tensor *out, uint64_t seed) {
 
 qg_status qg_index_select(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, const qg_tensor *index) {
   if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(qg_check_tensor(ctx, __func__, "src", src, -1, -1, NULL));
-  QG_CHECK(qg_check_tensor(ctx, __func__, "index", index, QG_I64, 1, NULL));
+  const char *fn = __func__;
+  QG_CHECK(qg_check_tensor(ctx, fn, "src", src, -1, -1, NULL));
+  QG_CHECK(qg_check_tensor(ctx, fn, "index", index, QG_I64, 1, NULL));
   int64_t want[4];
   memcpy(want, src->dims, sizeof want);
   want[0] = index->numel;
-  QG_CHECK(qg_check_tensor(ctx, __func__, "out", out, src->dtype, src->ndim, want));
-  if (src->device != QG_CPU || out->device != QG_CPU || index->device != QG_CPU)
-    return qg_fail(ctx, QG_ERR_UNSUPPORTED, __func__, "index_select is CPU only (gather on the host, then copy)");
-  const int64_t *idx = (const int64_t *)index->data;
-  int64_t rows = src->dims[0];
-  int64_t row_bytes = rows ? qg_tensor_bytes(src) / rows : 0;
-  for (int64_t i = 0; i < index->numel; i++)
-    if (idx[i] < 0 || idx[i] >= rows)
-      return qg_fail(ctx, QG_ERR_ARG, __func__, "index[%lld] = %lld is outside [0, %lld)", (long long)i,
-                     (long long)idx[i], (long long)rows);
-  for (int64_t i = 0; i < index->numel; i++)
-    memcpy((char *)out->data + i * row_bytes, (const char *)src->data + idx[i] * row_bytes, (size_t)row_bytes);
-  return QG_OK;
-}
-
-static qg_status check_cpu(qg_ctx *ctx, const char *fn, const qg_tensor *t) {
-  if (t && t->device != QG_CPU)
-    return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "cuda tensors are not supported by this operation yet (the CUDA kernels come with the GPU backend)");
-  return QG_OK;
+  QG_CHECK(qg_check_tensor(ctx, fn, "out", out, src->dtype, src->ndim, want));
+  const qg_tensor *ts[] = {out, src, index};
+  const char *names[] = {"out", "src", "index"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 3, ts, names));
+  return QG_DISPATCH(ctx, dev, index_select, out, src, index);
 }
 
 qg_status qg_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x) {
   if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(check_float(ctx, __func__, "y", y));
-  QG_CHECK(qg_check_tensor(ctx, __func__, "x", x, y->dtype, y->ndim, y->dims));
-  QG_CHECK(check_cpu(ctx, __func__, y)); QG_CHECK(check_cpu(ctx, __func__, x));
-  if (y->dtype == QG_F32) { float *d = (float *)y->data; const float *s = (const float *)x->data; float a = (float)alpha;
-    for (int64_t i = 0; i < y->numel; i++) d[i] += a * s[i]; }
-  else { double *d = (double *)y->data; const double *s = (const double *)x->data;
-    for (int64_t i = 0; i < y->numel; i++) d[i] += alpha * s[i]; }
-  return QG_OK;
+  const char *fn = __func__;
+  QG_CHECK(check_float(ctx, fn, "y", y));
+  QG_CHECK(qg_check_tensor(ctx, fn, "x", x, y->dtype, y->ndim, y->dims));
+  const qg_tensor *ts[] = {y, x};
+  const char *names[] = {"y", "x"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 2, ts, names));
+  return QG_DISPATCH(ctx, dev, axpy, y, alpha, x);
 }
 
 qg_status qg_scale(qg_ctx *ctx, qg_tensor *t, double alpha) {
   if (!ctx) return QG_ERR_ARG;
   QG_CHECK(check_float(ctx, __func__, "t", t));
-  QG_CHECK(check_cpu(ctx, __func__, t));
-  if (t->dtype == QG_F32) { float *d = (float *)t->data; float a = (float)alpha; for (int64_t i = 0; i < t->numel; i++) d[i] *= a; }
-  else { double *d = (double *)t->data; for (int64_t i = 0; i < t->numel; i++) d[i] *= alpha; }
-  return QG_OK;
+  return QG_DISPATCH(ctx, t->device, scale, t, alpha);
 }
 
 qg_status qg_sum_squares(qg_ctx *ctx, double *out, const qg_tensor *t) {
   if (!ctx) return QG_ERR_ARG;
   if (!out) return qg_fail(ctx, QG_ERR_ARG, __func__, "out is NULL");
   QG_CHECK(check_float(ctx, __func__, "t", t));
-  QG_CHECK(check_cpu(ctx, __func__, t));
-  double s = 0;
-  if (t->dtype == QG_F32) { const float *d = (const float *)t->data; for (int64_t i = 0; i < t->numel; i++) s += (double)d[i] * d[i]; }
-  else { const double *d = (const double *)t->data; for (int64_t i = 0; i < t->numel; i++) s += d[i] * d[i]; }
-  *out = s;
-  return QG_OK;
+  return QG_DISPATCH(ctx, t->device, sum_squares, out, t);
 }
 
 qg_status qg_argmax_rows(qg_ctx *ctx, qg_tensor *out, const qg_tensor *x) {
   if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(qg_check_tensor(ctx, __func__, "x", x, QG_F32, 2, NULL));
+  const char *fn = __func__;
+  QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 2, NULL));
   int64_t want[1] = {x->dims[0]};
-  QG_CHECK(qg_check_tensor(ctx, __func__, "out", out, QG_I64, 1, want));
-  QG_CHECK(check_cpu(ctx, __func__, x)); QG_CHECK(check_cpu(ctx, __func__, out));
-  int64_t N = x->dims[0], K = x->dims[1];
-  const float *d = (const float *)x->data;
-  int64_t *o = (int64_t *)out->data;
-  for (int64_t n = 0; n < N; n++) {
-    int64_t best = 0;
-    for (int64_t k = 1; k < K; k++) if (d[n * K + k] > d[n * K + best]) best = k;
-    o[n] = best;
-  }
-  return QG_OK;
+  QG_CHECK(qg_check_tensor(ctx, fn, "out", out, QG_I64, 1, want));
+  const qg_tensor *ts[] = {out, x};
+  const char *names[] = {"out", "x"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 2, ts, names));
+  return QG_DISPATCH(ctx, dev, argmax_rows, out, x);
 }
 
 qg_status qg_transpose01(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src) {
   if (!ctx) return QG_ERR_ARG;
-  QG_CHECK(qg_check_tensor(ctx, __func__, "src", src, -1, -1, NULL));
-  if (src->ndim < 2) return qg_fail(ctx, QG_ERR_ARG, __func__, "src needs at least 2 dims, got %d", src->ndim);
+  const char *fn = __func__;
+  QG_CHECK(qg_check_tensor(ctx, fn, "src", src, -1, -1, NULL));
+  if (src->ndim < 2) return qg_fail(ctx, QG_ERR_ARG, fn, "src needs at least 2 dims, got %d", src->ndim);
   int64_t want[4];
   memcpy(want, src->dims, sizeof want);
   want[0] = src->dims[1]; want[1] = src->dims[0];
-  QG_CHECK(qg_check_tensor(ctx, __func__, "out", out, src->dtype, src->ndim, want));
-  QG_CHECK(check_cpu(ctx, __func__, src)); QG_CHECK(check_cpu(ctx, __func__, out));
-  if (out->data == src->data) return qg_fail(ctx, QG_ERR_ARG, __func__, "out and src must not alias");
-  int64_t A = src->dims[0], B = src->dims[1];
-  int64_t inner = (A > 0 && B > 0) ? qg_tensor_bytes(src) / (A * B) : 0;
-  for (int64_t a = 0; a < A; a++)
-    for (int64_t b = 0; b < B; b++)
-      memcpy((char *)out->data + (b * A + a) * inner, (const char *)src->data + (a * B + b) * inner, (size_t)inner);
-  return QG_OK;
+  QG_CHECK(qg_check_tensor(ctx, fn, "out", out, src->dtype, src->ndim, want));
+  if (out->data == src->data) return qg_fail(ctx, QG_ERR_ARG, fn, "out and src must not alias");
+  const qg_tensor *ts[] = {out, src};
+  const char *names[] = {"out", "src"};
+  int dev;
+  QG_CHECK(qg_common_device(ctx, fn, &dev, 2, ts, names));
+  return QG_DISPATCH(ctx, dev, transpose01, out, src);
 }

@@ -22,13 +22,16 @@ qgru.zoo = require("qgru.zoo")
 
 local device = "cpu"
 
--- "cpu" | "cuda": where new models and tensors go by default.
+-- "cpu" | "cuda": where new models (nn constructors without a device option) and new tensors
+-- (qgru.zeros, qgru.tensor, qgru.rand, qgru.randn) go by default. Existing objects stay where they
+-- are: move a model with model:to(device).
 function qgru.setDevice(d)
   if d ~= "cpu" and d ~= "cuda" then error("qgru.setDevice: expected 'cpu' or 'cuda', got " .. tostring(d), 2) end
   if d == "cuda" and not clib.cuda_available() then
     error("qgru.setDevice: no CUDA device (" .. (clib.lib.qgru_has_cuda() == 0 and "libqgru was built without CUDA" or "none visible") .. ")", 2)
   end
   device = d
+  qgru.nn.Module.setDefaultDevice(d)
 end
 function qgru.device() return device end
 function qgru.cudaAvailable() return clib.cuda_available() end

@@ -6,6 +6,15 @@
 --   opt:step()           -- one update from the accumulated gradients; returns the grad norm
 --   opt.lr = 5e-4        -- learning rate schedules just set it
 --   opt:state() / opt:loadState(s)   -- for checkpoints (tensors by parameter name + scalars)
+--
+-- Given a model, the optimizer works on the model's parameter arena (nn/module.lua): its state
+-- (exp_avg, exp_avg_sq, momentum) is one arena per kind with per-parameter views named as
+-- before ("exp_avg.<param name>"), and step() is ONE fused C call (qg_adam_arena_step,
+-- qg_sgd_arena_step) that computes the global gradient norm, the clip factor and the update, with
+-- no host round trip per tensor; it returns the norm. When the model moves (model:to), the state
+-- follows on the next step() or state(). Given a list of {name=, param=, grad=} instead, it makes
+-- one C call per tensor (qg_adam_step, qg_sgd_step): the reference the fused step is tested
+-- against (bit-identical).
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
@@ -34,15 +43,72 @@ local function number_opt(name, opts, key, default, lo)
   return v
 end
 
-local function param_list(name, model)
-  local params = model.namedParameters and model:namedParameters() or model
-  if type(params) ~= "table" or #params == 0 then
-    error("qgru: optim." .. name .. ": expected a model or a list of {name=, param=, grad=}, got no parameters", 3)
+-- The parameters to update: a model (arena mode: its parameter arena, one fused C call per
+-- step) or a list of {name=, param=, grad=} (per-tensor mode: one C call per tensor; the reference).
+local function setup_params(self, name, model, slots)
+  self.slots = slots
+  if type(model) == "table" and model.namedParameters then
+    if #model:namedParameters() == 0 then
+      error("qgru: optim." .. name .. ": expected a model or a list of {name=, param=, grad=}, got no parameters", 4)
+    end
+    self.model = model
+    local a = model:arena()
+    self.arena, self.params = a, a.entries
+    self.state_arenas = {}
+    for _, slot in ipairs(slots) do self.state_arenas[slot] = Tensor.new({ a.numel }, "f32", a.params:device()) end
+    self.grad_norm = Tensor.new({ 1 }, "f64", a.params:device())
+    self:_views()
+    return
   end
-  return params
+  if type(model) ~= "table" or #model == 0 then
+    error("qgru: optim." .. name .. ": expected a model or a list of {name=, param=, grad=}, got no parameters", 4)
+  end
+  self.params = model
+  for _, slot in ipairs(slots) do
+    self[slot] = {}
+    for i, p in ipairs(self.params) do self[slot][i] = Tensor.new(p.param:shape(), "f32", p.param:device()) end
+  end
 end
 
--- Global L2 norm of all gradients (in double), and the factor that clips it to max_norm.
+local Optimizer = class("optim.Optimizer")
+
+-- Per-parameter views of the state arenas (self.m[i], self.v[i], self.buf[i]), named by parameter.
+function Optimizer:_views()
+  for _, slot in ipairs(self.slots) do
+    self[slot] = {}
+    for i, e in ipairs(self.arena.entries) do self[slot][i] = self.state_arenas[slot]:view(e.param:shape(), e.offset) end
+  end
+end
+
+-- Arena mode: follows the model's arena. When it was rebuilt (model:to(device), a replaced
+-- parameter) with the same layout, the state moves with it (same values, the arena's device).
+function Optimizer:_bind()
+  local a = self.model:arena()
+  if a == self.arena then return a end
+  if a.layout ~= self.arena.layout then
+    error(string.format("qgru: optim.%s: the model's parameters changed (now %s, the optimizer was made for %s); create a new optimizer",
+                        self.name, a.layout, self.arena.layout), 3)
+  end
+  local dev = a.params:device()
+  for _, slot in ipairs(self.slots) do self.state_arenas[slot] = self.state_arenas[slot]:to(dev) end
+  self.grad_norm = self.grad_norm:to(dev)
+  self.arena, self.params = a, a.entries
+  self:_views()
+  return a
+end
+
+-- The device of the parameters the optimizer updates.
+function Optimizer:device()
+  if self.model then return self:_bind().params:device() end
+  return self.params[1].param:device()
+end
+
+local function read_norm(t)
+  return t:device() == "cpu" and t:ptr()[0] or t:get(1)
+end
+
+-- Global L2 norm of all gradients (in double), and the factor that clips it to max_norm
+-- (per-tensor mode; the arena step computes both in C, in the same order).
 local function grad_norm_and_scale(params, max_norm)
   local ss = 0
   for _, p in ipairs(params) do ss = ss + p.grad:sumsq() end
@@ -53,14 +119,13 @@ local function grad_norm_and_scale(params, max_norm)
 end
 
 -- ---- Adam / AdamW ----
-local Adam = class("optim.Adam")
+local Adam = class("optim.Adam", Optimizer)
 
 function Adam:__init(model, opts, decoupled)
   opts = opts or {}
   local name = decoupled and "AdamW" or "Adam"
   check_opts(name, opts, { lr = true, betas = true, eps = true, weight_decay = true, clip = true })
   self.name = name
-  self.params = param_list(name, model)
   self.lr = number_opt(name, opts, "lr", 1e-3, 0)
   local betas = opts.betas or { 0.9, 0.999 }
   if type(betas) ~= "table" or type(betas[1]) ~= "number" or type(betas[2]) ~= "number"
@@ -73,25 +138,33 @@ function Adam:__init(model, opts, decoupled)
   self.clip = opts.clip and number_opt(name, opts, "clip", nil, 0) or nil
   self.decoupled = decoupled and 1 or 0
   self.t = 0
-  self.m, self.v = {}, {}
-  for i, p in ipairs(self.params) do
-    self.m[i] = Tensor.new(p.param:shape(), "f32", p.param:device())
-    self.v[i] = Tensor.new(p.param:shape(), "f32", p.param:device())
-  end
+  setup_params(self, name, model, { "m", "v" })
 end
 
+-- One update from the accumulated gradients; returns the global gradient norm (before clipping).
 function Adam:step()
+  local t = self.t + 1
+  if self.model then
+    local a = self:_bind()
+    local ctx = a.params:ctx()
+    check(ctx, lib.qg_adam_arena_step(ctx, self.grad_norm.t, a.params.t, self.state_arenas.m.t, self.state_arenas.v.t,
+                                      a.grads.t, a.offsets.t, self.lr, self.beta1, self.beta2, self.eps,
+                                      self.weight_decay, self.decoupled, t, self.clip or -1))
+    self.t = t
+    return read_norm(self.grad_norm)
+  end
   local norm, scale = grad_norm_and_scale(self.params, self.clip)
-  self.t = self.t + 1
   for i, p in ipairs(self.params) do
     local ctx = p.param:ctx()
     check(ctx, lib.qg_adam_step(ctx, p.param.t, self.m[i].t, self.v[i].t, p.grad.t, self.lr, self.beta1, self.beta2,
-                                self.eps, self.weight_decay, self.decoupled, self.t, scale))
+                                self.eps, self.weight_decay, self.decoupled, t, scale))
   end
+  self.t = t
   return norm
 end
 
 function Adam:state()
+  if self.model then self:_bind() end
   local tensors = {}
   for i, p in ipairs(self.params) do
     tensors["exp_avg." .. p.name] = self.m[i]
@@ -106,13 +179,12 @@ function optim.Adam(model, opts) return Adam.new(model, opts, false) end
 function optim.AdamW(model, opts) return Adam.new(model, opts, true) end
 
 -- ---- SGD ----
-local SGD = class("optim.SGD")
+local SGD = class("optim.SGD", Optimizer)
 
 function SGD:__init(model, opts)
   opts = opts or {}
   check_opts("SGD", opts, { lr = true, momentum = true, dampening = true, weight_decay = true, nesterov = true, clip = true })
   self.name = "SGD"
-  self.params = param_list("SGD", model)
   self.lr = number_opt("SGD", opts, "lr", 1e-2, 0)
   self.momentum = number_opt("SGD", opts, "momentum", 0, 0)
   self.dampening = number_opt("SGD", opts, "dampening", 0, 0)
@@ -120,25 +192,35 @@ function SGD:__init(model, opts)
   self.nesterov = opts.nesterov and 1 or 0
   self.clip = opts.clip and number_opt("SGD", opts, "clip", nil, 0) or nil
   self.t = 0
-  self.buf = {}
-  if self.momentum ~= 0 then
-    for i, p in ipairs(self.params) do self.buf[i] = Tensor.new(p.param:shape(), "f32", p.param:device()) end
-  end
+  setup_params(self, "SGD", model, self.momentum ~= 0 and { "buf" } or {})
+  self.buf = self.buf or {}
 end
 
 function SGD:step()
+  local t = self.t + 1
+  if self.model then
+    local a = self:_bind()
+    local ctx = a.params:ctx()
+    local buf = self.state_arenas.buf
+    check(ctx, lib.qg_sgd_arena_step(ctx, self.grad_norm.t, a.params.t, buf and buf.t or nil, a.grads.t, a.offsets.t,
+                                     self.lr, self.momentum, self.dampening, self.weight_decay, self.nesterov,
+                                     t == 1 and 1 or 0, self.clip or -1))
+    self.t = t
+    return read_norm(self.grad_norm)
+  end
   local norm, scale = grad_norm_and_scale(self.params, self.clip)
-  self.t = self.t + 1
   for i, p in ipairs(self.params) do
     local ctx = p.param:ctx()
     if scale ~= 1 then p.grad:mul(scale) end
     check(ctx, lib.qg_sgd_step(ctx, p.param.t, self.buf[i] and self.buf[i].t or nil, p.grad.t, self.lr, self.momentum,
-                               self.dampening, self.weight_decay, self.nesterov, self.t == 1 and 1 or 0))
+                               self.dampening, self.weight_decay, self.nesterov, t == 1 and 1 or 0))
   end
+  self.t = t
   return norm
 end
 
 function SGD:state()
+  if self.model then self:_bind() end
   local tensors = {}
   for i, p in ipairs(self.params) do
     if self.buf[i] then tensors["momentum." .. p.name] = self.buf[i] end

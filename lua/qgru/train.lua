@@ -11,6 +11,10 @@
 -- history (one entry per epoch), losses (every step's loss), and the engine's objects.
 -- Checkpoints hold the model, the optimizer state, the RNG, the position in the data and the
 -- caller's `options` table (a recipe passes its command-line options), restored as state.options.
+-- Each batch moves to the model's device once per step (staging tensors reused); accuracy is
+-- counted in C (CrossEntropy:countCorrect). The loop itself is short: resuming, metrics,
+-- progress lines, evaluation and checkpoints (with the quantizer state) are the named built-in
+-- hooks of train.builtin, run at fixed points around the user's hooks.
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local nn = require("qgru.nn")
@@ -41,6 +45,20 @@ local function quant_state(model)
   return #q.quantizers(model) > 0 and q.state(model) or nil
 end
 
+-- t on device: itself when it is there, else a copy into a staging tensor kept in bufs[key]
+-- (re-created only when the shape or dtype changes), so a step moves its batch with one copy
+-- per tensor and allocates nothing in steady state.
+local function to_device(bufs, key, t, device)
+  if t:device() == device then return t end
+  local b = bufs[key]
+  if not (b and b:device() == device and b:dtype() == t:dtype() and b:sameShape(t:shape())) then
+    b = t:to(device)
+    bufs[key] = b
+    return b
+  end
+  return b:copy(t)
+end
+
 local Engine = class("train.Engine")
 train.Engine = Engine
 
@@ -53,6 +71,7 @@ function Engine:__init(opts)
   self.log = opts.log or function(line) io.write(line, "\n"); io.flush() end
   self.hooks = strict_hooks()
   self.classify = self.criterion:isInstanceOf(nn.CrossEntropy)
+  self._staging = {}
 end
 
 function Engine:_hook(name, state)
@@ -60,12 +79,14 @@ function Engine:_hook(name, state)
   if h then h(state) end
 end
 
--- Number of correct predictions in a batch (classification only).
-local function correct(output, y)
-  local pred = output:argmax()
-  local pp, yp, c = pred:ptr(), y:ptr(), 0
-  for i = 0, pred:numel() - 1 do if pp[i] == yp[i] then c = c + 1 end end
-  return c
+-- One batch on the model's device (x, y), and the number of correct predictions (counted in C).
+function Engine:_toModel(x, y)
+  local dev = self.model:device()
+  return to_device(self._staging, "x", x, dev), to_device(self._staging, "y", y, dev)
+end
+
+function Engine:_correct(out, y)
+  return self.classify and self.criterion:countCorrect(out, y) or 0
 end
 
 function Engine:evaluate(ds, batch_size)
@@ -73,10 +94,11 @@ function Engine:evaluate(ds, batch_size)
   self.model:evaluate()
   local total_loss, total_correct, n = 0, 0, 0
   for x, y in ds:batches(batch_size or 256) do
+    x, y = self:_toModel(x, y)
     local out = self.model:forward(x)
     local bs = x:size(2)
     total_loss = total_loss + self.criterion:forward(out, y) * bs
-    if self.classify then total_correct = total_correct + correct(out, y) end
+    total_correct = total_correct + self:_correct(out, y)
     n = n + bs
   end
   if was_training then self.model:training() end
@@ -87,6 +109,121 @@ local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuff
                eval_batch_size = true, log_every = true, checkpoint = true, checkpoint_every = true, resume = true,
                lr_schedule = true, nan = true, max_steps = true, options = true }
 
+-- ---- the engine's own behaviours, as named hooks of (engine, run, state) ----------------------
+-- run: the options of this train() call (o), batch_size, epochs, batches per epoch (nb), and the
+-- metric windows. They run at fixed points of the loop, before or after the user's hooks of the
+-- same moment, in the order the loop names them.
+local builtin = {}
+
+-- Restores model, optimizer, quantizer state and position from o.resume (checked before loading).
+function builtin.resume(self, run, state)
+  local o = run.o
+  local peek = serialize.open(o.resume)
+  local pst = serialize.decode(peek.metadata["qgru.state"] or "{}", "checkpoint state")
+  peek:close()
+  if pst.quant then require("qgru.quant").checkState(self.model, pst.quant) end
+  local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
+  if saved.quant then require("qgru.quant").setState(self.model, saved.quant) end
+  if saved.batch_size and saved.batch_size ~= run.bs then
+    error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
+                        o.resume, saved.batch_size, run.bs), 3)
+  end
+  for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
+    if saved[k] ~= nil then state[k] = saved[k] end
+  end
+  self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
+end
+
+-- Saves o.checkpoint: model, optimizer, RNG, position, history and the quantizer state.
+function builtin.checkpoint(self, run, state)
+  local o = run.o
+  if not o.checkpoint then return end
+  serialize.saveCheckpoint(o.checkpoint, self.model, self.optimizer, {
+    epoch = state.epoch, batch = state.batch, step = state.step, history = state.history, losses = state.losses,
+    seed = state.seed, options = o.options, batch_size = run.bs, epochs = run.epochs, quant = quant_state(self.model) })
+  self:_hook("onCheckpoint", state)
+end
+
+-- Starts the metric windows of an epoch.
+function builtin.startMetrics(self, run, state)
+  run.t_epoch, run.t_win = clib.wall_time(), clib.wall_time()
+  run.win = { loss = 0, correct = 0, n = 0, steps = 0 }
+  run.ep = { loss = 0, correct = 0, n = 0 }
+end
+
+-- Adds an update's loss and correct count to the log window and the epoch.
+function builtin.recordMetrics(self, run, state, loss, n, c)
+  local w, e = run.win, run.ep
+  w.loss, w.correct, w.n, w.steps = w.loss + loss * n, w.correct + c, w.n + n, w.steps + 1
+  e.loss, e.correct, e.n = e.loss + loss * n, e.correct + c, e.n + n
+  state.losses[#state.losses + 1] = loss
+end
+
+-- The progress line, every log_every batches and at the end of the epoch.
+function builtin.logProgress(self, run, state, b)
+  local w = run.win
+  if w.steps == 0 or not (b % run.log_every == 0 or b == run.nb) then return end
+  local dt = clib.wall_time() - run.t_win
+  local line = string.format("epoch %d/%d  batch %d/%d  loss %.4f%s  lr %.2e  %.1f ms/step  %.0f samples/s",
+    state.epoch, run.epochs, b, run.nb, w.loss / w.n,
+    self.classify and string.format("  acc %.1f%%", 100 * w.correct / w.n) or "",
+    self.optimizer.lr, 1000 * dt / w.steps, w.n / dt)
+  state.line = line
+  self.log(line)
+  self:_hook("onLog", state)
+  run.t_win, run.win = clib.wall_time(), { loss = 0, correct = 0, n = 0, steps = 0 }
+end
+
+-- The epoch's record: train metrics, evaluation, history, the epoch line, onEndEpoch.
+function builtin.endEpoch(self, run, state)
+  local o, e = run.o, run.ep
+  local rec = { epoch = state.epoch, seconds = clib.wall_time() - run.t_epoch }
+  if e.n > 0 then
+    rec.train_loss = e.loss / e.n
+    if self.classify then rec.train_acc = e.correct / e.n end
+    rec.samples_per_s = e.n / rec.seconds
+  end
+  if o.eval then
+    rec.eval_loss, rec.eval_acc = self:evaluate(o.eval, o.eval_batch_size or 256)
+    self:_hook("onEvaluate", state)
+  end
+  state.history[#state.history + 1] = rec
+  self.log(string.format("epoch %d done in %.1f s%s%s", state.epoch, rec.seconds,
+    rec.eval_loss and string.format("  eval loss %.4f", rec.eval_loss) or "",
+    rec.eval_acc and string.format("  eval acc %.2f%%", 100 * rec.eval_acc) or ""))
+  self:_hook("onEndEpoch", state)
+end
+
+-- One training step on batch b: the batch moves to the model's device (one copy per tensor),
+-- forward, loss, NaN guard, backward, update, metrics; with the user's hooks in between.
+function Engine:_step(run, state, x, y, b)
+  x, y = self:_toModel(x, y)
+  state.x, state.y = x, y
+  self:_hook("onSample", state)
+  if run.o.lr_schedule then self.optimizer.lr = run.o.lr_schedule(state.step, run.total_steps) end
+  local out = self.model:forward(x)
+  state.output = out
+  self:_hook("onForward", state)
+  local loss = self.criterion:forward(out, y)
+  state.loss = loss
+  self:_hook("onForwardCriterion", state)
+  if loss ~= loss or loss == math.huge or loss == -math.huge then
+    local msg = string.format("non-finite loss (%s) at epoch %d, batch %d, step %d", tostring(loss), state.epoch, b, state.step + 1)
+    if run.nan_policy ~= "skip" then
+      error("qgru: " .. msg .. (run.o.checkpoint and ("; the last checkpoint is " .. run.o.checkpoint) or ""), 0)
+    end
+    self.log("skipping the update: " .. msg)
+  else
+    self.model:zeroGrad()
+    self.model:backward(x, self.criterion:backward(out, y))
+    self:_hook("onBackward", state)
+    state.grad_norm = self.optimizer:step()
+    self:_hook("onUpdate", state)
+    builtin.recordMetrics(self, run, state, loss, x:size(2), self:_correct(out, y))
+  end
+  state.step, state.batch = state.step + 1, b
+end
+
 function Engine:train(o)
   for k in pairs(o) do
     if not OPTS[k] then error("qgru: Engine:train: unknown option '" .. tostring(k) .. "'", 2) end
@@ -95,112 +232,33 @@ function Engine:train(o)
   if not self.optimizer then error("qgru: Engine:train: the engine has no optimizer", 2) end
   local bs, epochs = o.batch_size or 128, o.epochs or 1
   local nb = o.data:numBatches(bs)
+  local run = { o = o, bs = bs, epochs = epochs, nb = nb, total_steps = epochs * nb, nan_policy = o.nan or "error",
+                log_every = o.log_every or math.max(1, math.floor(nb / 10)) }
   local state = { epoch = 1, batch = 0, step = 0, history = {}, losses = {}, seed = o.seed or 0,
                   model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
-  if o.resume then
-    -- the quantizer state is checked against the model before anything is loaded
-    local peek = serialize.open(o.resume)
-    local pst = serialize.decode(peek.metadata["qgru.state"] or "{}", "checkpoint state")
-    peek:close()
-    if pst.quant then require("qgru.quant").checkState(self.model, pst.quant) end
-    local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
-    if saved.quant then require("qgru.quant").setState(self.model, saved.quant) end
-    if saved.batch_size and saved.batch_size ~= bs then
-      error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
-                          o.resume, saved.batch_size, bs), 2)
-    end
-    for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
-      if saved[k] ~= nil then state[k] = saved[k] end
-    end
-    self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
-  end
-  local total_steps = epochs * nb
-  local log_every = o.log_every or math.max(1, math.floor(nb / 10))
-  local nan_policy = o.nan or "error"
+  if o.resume then builtin.resume(self, run, state) end
+  local function stop() return o.max_steps and state.step >= o.max_steps end
   self.model:training()
   self:_hook("onStart", state)
-
-  local function save_checkpoint()
-    if not o.checkpoint then return end
-    serialize.saveCheckpoint(o.checkpoint, self.model, self.optimizer, {
-      epoch = state.epoch, batch = state.batch, step = state.step, history = state.history, losses = state.losses,
-      seed = state.seed, options = o.options, batch_size = bs, epochs = epochs, quant = quant_state(self.model) })
-    self:_hook("onCheckpoint", state)
-  end
-
   while state.epoch <= epochs do
     self:_hook("onStartEpoch", state)
-    local t_epoch, t_win = clib.wall_time(), clib.wall_time()
-    local win_loss, win_correct, win_n, win_steps = 0, 0, 0, 0
-    local ep_loss, ep_correct, ep_n = 0, 0, 0
+    builtin.startMetrics(self, run, state)
     for x, y, b in o.data:batches(bs, { shuffle = o.shuffle ~= false, seed = state.seed, epoch = state.epoch, start = state.batch }) do
-      state.x, state.y = x, y
-      self:_hook("onSample", state)
-      if o.lr_schedule then self.optimizer.lr = o.lr_schedule(state.step, total_steps) end
-      local out = self.model:forward(x)
-      state.output = out
-      self:_hook("onForward", state)
-      local loss = self.criterion:forward(out, y)
-      state.loss = loss
-      self:_hook("onForwardCriterion", state)
-      local n = x:size(2)
-      if loss ~= loss or loss == math.huge or loss == -math.huge then
-        local msg = string.format("non-finite loss (%s) at epoch %d, batch %d, step %d", tostring(loss), state.epoch, b, state.step + 1)
-        if nan_policy ~= "skip" then
-          error("qgru: " .. msg .. (o.checkpoint and ("; the last checkpoint is " .. o.checkpoint) or ""), 0)
-        end
-        self.log("skipping the update: " .. msg)
-      else
-        self.model:zeroGrad()
-        self.model:backward(x, self.criterion:backward(out, y))
-        self:_hook("onBackward", state)
-        state.grad_norm = self.optimizer:step()
-        self:_hook("onUpdate", state)
-        local c = self.classify and correct(out, y) or 0
-        win_loss, win_correct, win_n, win_steps = win_loss + loss * n, win_correct + c, win_n + n, win_steps + 1
-        ep_loss, ep_correct, ep_n = ep_loss + loss * n, ep_correct + c, ep_n + n
-        state.losses[#state.losses + 1] = loss
-      end
-      state.step, state.batch = state.step + 1, b
-      if win_steps > 0 and (b % log_every == 0 or b == nb) then
-        local dt = clib.wall_time() - t_win
-        local line = string.format("epoch %d/%d  batch %d/%d  loss %.4f%s  lr %.2e  %.1f ms/step  %.0f samples/s",
-          state.epoch, epochs, b, nb, win_loss / win_n,
-          self.classify and string.format("  acc %.1f%%", 100 * win_correct / win_n) or "",
-          self.optimizer.lr, 1000 * dt / win_steps, win_n / dt)
-        state.line = line
-        self.log(line)
-        self:_hook("onLog", state)
-        t_win, win_loss, win_correct, win_n, win_steps = clib.wall_time(), 0, 0, 0, 0
-      end
-      if o.checkpoint_every and state.step % o.checkpoint_every == 0 and b < nb then save_checkpoint() end
-      if o.max_steps and state.step >= o.max_steps then break end
+      self:_step(run, state, x, y, b)
+      builtin.logProgress(self, run, state, b)
+      if o.checkpoint_every and state.step % o.checkpoint_every == 0 and b < nb then builtin.checkpoint(self, run, state) end
+      if stop() then break end
     end
-    if o.max_steps and state.step >= o.max_steps and state.batch < nb then
-      save_checkpoint()
-      break
-    end
-    local rec = { epoch = state.epoch, seconds = clib.wall_time() - t_epoch }
-    if ep_n > 0 then
-      rec.train_loss = ep_loss / ep_n
-      if self.classify then rec.train_acc = ep_correct / ep_n end
-      rec.samples_per_s = ep_n / rec.seconds
-    end
-    if o.eval then
-      rec.eval_loss, rec.eval_acc = self:evaluate(o.eval, o.eval_batch_size or 256)
-      self:_hook("onEvaluate", state)
-    end
-    state.history[#state.history + 1] = rec
-    self.log(string.format("epoch %d done in %.1f s%s%s", state.epoch, rec.seconds,
-      rec.eval_loss and string.format("  eval loss %.4f", rec.eval_loss) or "",
-      rec.eval_acc and string.format("  eval acc %.2f%%", 100 * rec.eval_acc) or ""))
-    self:_hook("onEndEpoch", state)
+    if stop() and state.batch < nb then builtin.checkpoint(self, run, state); break end
+    builtin.endEpoch(self, run, state)
     state.epoch, state.batch = state.epoch + 1, 0
-    save_checkpoint()
-    if o.max_steps and state.step >= o.max_steps then break end
+    builtin.checkpoint(self, run, state)
+    if stop() then break end
   end
   self:_hook("onEnd", state)
   return state
 end
+
+train.builtin = builtin
 
 return train

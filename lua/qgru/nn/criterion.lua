@@ -1,6 +1,7 @@
 -- nn/criterion.lua: losses with the Criterion contract: forward(input, target) returns the loss
 -- (a Lua number, the mean over the batch); backward(input, target) returns gradInput.
---   nn.CrossEntropy(): input logits [N, K] f32, target class indices i64 [N] (0-based)
+--   nn.CrossEntropy(): input logits [N, K] f32, target class indices i64 [N] (0-based);
+--                      :countCorrect(logits, target) counts the rows classified right
 --   nn.MSE():          input and target of the same shape, f32
 local class = require("qgru.class")
 local clib = require("qgru.clib")
@@ -44,6 +45,16 @@ function CrossEntropy:updateGradInput(input, target)
   local ctx = clib.context(input:device())
   self:ccall(ctx, lib.qg_cross_entropy(ctx, loss_buf, self.gradInput.t, input.t, target.t, 1.0))
   return self.gradInput
+end
+
+-- The number of rows of logits whose argmax (first on ties) is the target class, counted in C on
+-- the tensors' device (qg_count_correct): accuracy without a per-row Lua loop.
+local count_buf = ffi.new("int64_t[1]")
+function CrossEntropy:countCorrect(input, target)
+  self:_check(input, target)
+  local ctx = clib.context(input:device())
+  self:ccall(ctx, lib.qg_count_correct(ctx, count_buf, input.t, target.t))
+  return tonumber(count_buf[0])
 end
 
 function CrossEntropy:__tostring() return "nn.CrossEntropy()" end

@@ -47,7 +47,7 @@ function GRU:__init(inputSize, hiddenSize, opts)
   self.dirs = self.bidirectional and 2 or 1
   self.batch_first = opts.batch_first and true or false
   self.weights, self.grads = {}, {}
-  local H, device = hiddenSize, opts.device or "cpu"
+  local H, device = hiddenSize, "cpu"   -- built and initialised on the cpu, then moved (opts.device)
   for l = 0, self.layers - 1 do
     local C = l == 0 and inputSize or self.dirs * H
     self.weights[l], self.grads[l] = {}, {}
@@ -61,6 +61,8 @@ function GRU:__init(inputSize, hiddenSize, opts)
     end
   end
   self:reset()
+  device = opts.device or Module.defaultDevice()
+  if device ~= "cpu" then self:to(device) end
 end
 
 -- PyTorch's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)), drawn

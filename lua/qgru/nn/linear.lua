@@ -1,5 +1,6 @@
 -- nn/linear.lua: y = x W^T + b with W [out, in] and b [out] (PyTorch's layout and init).
 -- Input [N, in] or [T, N, in] (leading dims are flattened); output has the same leading dims.
+--   nn.Linear(in, out, {bias = true, device = qgru.device()})
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
@@ -18,14 +19,16 @@ function Linear:__init(inputSize, outputSize, opts)
     end
   end
   self.inputSize, self.outputSize = inputSize, outputSize
-  local device = opts.device or "cpu"
-  self.weight = Tensor.new({ outputSize, inputSize }, "f32", device)
-  self.gradWeight = Tensor.new({ outputSize, inputSize }, "f32", device)
+  -- built and initialised on the cpu, then moved (the same model on every device)
+  self.weight = Tensor.new({ outputSize, inputSize }, "f32", "cpu")
+  self.gradWeight = Tensor.new({ outputSize, inputSize }, "f32", "cpu")
   if opts.bias ~= false then
-    self.bias = Tensor.new({ outputSize }, "f32", device)
-    self.gradBias = Tensor.new({ outputSize }, "f32", device)
+    self.bias = Tensor.new({ outputSize }, "f32", "cpu")
+    self.gradBias = Tensor.new({ outputSize }, "f32", "cpu")
   end
   self:reset()
+  local device = opts.device or Module.defaultDevice()
+  if device ~= "cpu" then self:to(device) end
 end
 
 -- PyTorch's default: uniform in [-1/sqrt(in), 1/sqrt(in)) for weight and bias.

@@ -73,7 +73,6 @@ end
 
 function Sequential:training() Module.training(self); for _, m in ipairs(self.modules) do m:training() end; return self end
 function Sequential:evaluate() Module.evaluate(self); for _, m in ipairs(self.modules) do m:evaluate() end; return self end
-function Sequential:to(device) for _, m in ipairs(self.modules) do m:to(device) end; self:clearState(); return self end
 function Sequential:clearState() Module.clearState(self); for _, m in ipairs(self.modules) do m:clearState() end; return self end
 
 -- Finds the modules of a class (e.g. nn.GRU), depth first.
