@@ -43,4 +43,18 @@ static inline int qg_mul_ok(int64_t a, int64_t b, int64_t *r) {
   return 1;
 }
 
+/* *numel = the product of dims[0..ndim-1] under qg_tensor_create's limit (every partial product
+ * times 16 fits in int64, so even a shape with a zero somewhere is refused here, with the file
+ * named, rather than by qg_tensor_create later); returns 0 when the shape is too large. */
+static inline int qg_shape_numel(int ndim, const int64_t *dims, int64_t *numel) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (dims[i] < 0) return 0;
+    if (dims[i] > 0 && n > INT64_MAX / 16 / dims[i]) return 0;
+    n *= dims[i];
+  }
+  *numel = n;
+  return 1;
+}
+
 #endif

@@ -99,8 +99,8 @@ qg_status qg_idx_load(qg_ctx *ctx, qg_tensor **out, const char *path) {
     unsigned char b[4];
     if (gzread(f, b, 4) != 4) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': truncated in the dimension list%s", path, gz_why(f, why, sizeof why)); goto done; }
     dims[i] = ((int64_t)b[0] << 24) | ((int64_t)b[1] << 16) | ((int64_t)b[2] << 8) | b[3];
-    if (!qg_mul_ok(numel, dims[i], &numel)) too_big = 1;
   }
+  if (!qg_shape_numel(ndim, dims, &numel)) too_big = 1;
   char shape[96];
   qg_shape_str(shape, sizeof shape, ndim, dims);
   int64_t want = 0, head_bytes = 4 + 4 * (int64_t)ndim;

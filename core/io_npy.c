@@ -48,10 +48,13 @@ static int is_word(const char *v, const char *word) {
   return !strncmp(v, word, n) && (v[n] == ',' || v[n] == ' ' || v[n] == '}');
 }
 
-/* A short printable quote of the text at v (up to the next delimiter) for error messages. */
+/* A short printable quote of the text at v for error messages: up to the first character of stop
+ * (a tuple, v starting with '(': up to and including its ')'). */
 static const char *quote_value(char *buf, size_t n, const char *v) {
+  const char *stop = *v == '(' ? ")}" : ",}";
   size_t i = 0;
-  for (; i + 1 < n && i < 24 && v[i] && v[i] != ',' && v[i] != '}'; i++) buf[i] = (v[i] >= 32 && v[i] < 127) ? v[i] : '?';
+  for (; i + 2 < n && i < 24 && v[i] && !strchr(stop, v[i]); i++) buf[i] = (v[i] >= 32 && v[i] < 127) ? v[i] : '?';
+  if (*v == '(' && v[i] == ')') buf[i++] = ')';
   buf[i] = 0;
   return buf;
 }
@@ -130,9 +133,9 @@ qg_status qg_npy_load(qg_ctx *ctx, qg_tensor **out, const char *path) {
     if (*p == ',') p++;
     else if (*p != ')') { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': bad 'shape' %s", path, quote_value(q, sizeof q, v)); goto done; }
     dims[ndim++] = d;
-    if (!qg_mul_ok(numel, d, &numel)) too_big = 1;
   }
   if (ndim == 0) dims[ndim++] = 1;   /* a 0-d scalar becomes [1] */
+  if (!qg_shape_numel(ndim, dims, &numel)) too_big = 1;
   char shape[96];
   qg_shape_str(shape, sizeof shape, ndim, dims);
   int64_t want = 0, have = fsize - hstart - (int64_t)hlen;

@@ -92,8 +92,8 @@ static qg_status parse_entry(qg_ctx *ctx, const char *fn, const char *path, cons
     const cJSON *d = cJSON_GetArrayItem(shape, i);
     if (!is_uint(d)) return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' has a bad shape entry", path, item->string);
     e->dims[i] = (int64_t)d->valuedouble;
-    if (!qg_mul_ok(numel, e->dims[i], &numel)) too_big = 1;
   }
+  if (!qg_shape_numel(e->ndim, e->dims, &numel)) too_big = 1;
   if (too_big || !qg_mul_ok(numel, qg_dtype_size(e->dtype), &nbytes)) {
     char sh[96];
     return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s': shape %s of %s is too large", path, item->string,
