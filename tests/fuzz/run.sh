@@ -29,8 +29,10 @@ for t in $targets; do
   log="$build/fuzz_$t.log"
   dirs=("$build/corpus/$t" "$root/tests/fuzz/corpus/$t")
   [ -d "$root/tests/fuzz/regressions/$t" ] && dirs+=("$root/tests/fuzz/regressions/$t")
+  opts=()
+  [ -f "$root/tests/fuzz/dict/$t.dict" ] && opts+=(-dict="$root/tests/fuzz/dict/$t.dict")
   set +e
-  "$build/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+  "$build/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 "${opts[@]}" \
     -artifact_prefix="$build/artifacts/$t/" "${dirs[@]}" >"$log" 2>&1
   rc=$?
   set -e
