@@ -1,9 +1,11 @@
 /*
  * io_npy.c: NumPy .npy files (format versions 1, 2 and 3; little-endian; C order), so users can
  * bring their own features. The header dictionary is parsed strictly: an unknown dtype, Fortran
- * order, big-endian data or a size that does not match the file is an error naming the file.
+ * order (or any fortran_order but False), big-endian data, a malformed shape or a size that does
+ * not match the file is an error naming the file. Sizes are checked against the file's length
+ * before the tensor is allocated, so a header claiming 40 GB costs nothing.
  */
-#include "internal.h"
+#include "io_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,68 +42,114 @@ static const char *dict_value(const char *h, const char *key) {
   return p;
 }
 
+/* 1 when the text at v is the Python literal word followed by the end of a value. */
+static int is_word(const char *v, const char *word) {
+  size_t n = strlen(word);
+  return !strncmp(v, word, n) && (v[n] == ',' || v[n] == ' ' || v[n] == '}');
+}
+
+/* A short printable quote of the text at v for error messages: up to the first character of stop
+ * (a tuple, v starting with '(': up to and including its ')'). */
+static const char *quote_value(char *buf, size_t n, const char *v) {
+  const char *stop = *v == '(' ? ")}" : ",}";
+  size_t i = 0;
+  for (; i + 2 < n && i < 24 && v[i] && !strchr(stop, v[i]); i++) buf[i] = (v[i] >= 32 && v[i] < 127) ? v[i] : '?';
+  if (*v == '(' && v[i] == ')') buf[i++] = ')';
+  buf[i] = 0;
+  return buf;
+}
+
 qg_status qg_npy_load(qg_ctx *ctx, qg_tensor **out, const char *path) {
   if (!ctx || !out) return QG_ERR_ARG;
   const char *fn = __func__;
   *out = NULL;
   if (!path) return qg_fail(ctx, QG_ERR_ARG, fn, "path is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return qg_fail(ctx, QG_ERR_IO, fn, "cannot open '%s'", path);
+  int fd;
+  int64_t fsize;
+  QG_CHECK(qg_io_open(ctx, fn, path, &fd, &fsize));
+  FILE *f = fdopen(fd, "rb");
+  if (!f) { close(fd); return qg_fail(ctx, QG_ERR_IO, fn, "cannot open '%s': %s", path, strerror(errno)); }
   qg_status st = QG_OK;
   char *header = NULL;
   qg_tensor *t = NULL;
   unsigned char pre[10];
+  char q[32];
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
     st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': not a .npy file (bad magic)", path); goto done;
   }
   int major = pre[6];
   uint32_t hlen = 0;
+  int64_t hstart;
   if (major == 1) {
     if (fread(pre + 8, 1, 2, f) != 2) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': truncated header", path); goto done; }
     hlen = (uint32_t)pre[8] | ((uint32_t)pre[9] << 8);
+    hstart = 10;
   } else if (major == 2 || major == 3) {
     unsigned char b[4];
     if (fread(b, 1, 4, f) != 4) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': truncated header", path); goto done; }
     hlen = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
-  } else { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': unsupported .npy version %d", path, major); goto done; }
-  if (hlen > (1u << 24)) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header length %u is implausible", path, hlen); goto done; }
+    hstart = 12;
+  } else { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': unsupported .npy version %d (qgru reads 1, 2, 3)", path, major); goto done; }
+  if (hlen > (1u << 24) || hstart + (int64_t)hlen > fsize) {
+    st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header length %u does not fit in a %lld-byte file", path, hlen, (long long)fsize); goto done;
+  }
   header = (char *)malloc(hlen + 1);
   if (!header) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
   if (fread(header, 1, hlen, f) != hlen) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': truncated header", path); goto done; }
   header[hlen] = 0;
+  const char *h = header;
+  while (*h == ' ') h++;
+  if (*h != '{' || !strchr(h, '}')) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': the header is not a Python dict literal", path); goto done; }
 
-  const char *v = dict_value(header, "descr");
+  const char *v = dict_value(h, "descr");
   char descr[16] = {0};
   if (!v || *v != '\'' || sscanf(v + 1, "%15[^']", descr) != 1) {
     st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header has no 'descr'", path); goto done;
   }
   int es = 0, dtype = npy_dtype(descr, &es);
   if (dtype < 0) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': unsupported dtype '%s' (qgru reads <f4 <f8 i1 u1 b1 <i2 <i4 <i8)", path, descr); goto done; }
-  v = dict_value(header, "fortran_order");
+  v = dict_value(h, "fortran_order");
   if (!v) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header has no 'fortran_order'", path); goto done; }
-  if (!strncmp(v, "True", 4)) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': Fortran-ordered arrays are not supported (save with np.ascontiguousarray)", path); goto done; }
-  v = dict_value(header, "shape");
-  if (!v || *v != '(') { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header has no 'shape'", path); goto done; }
-  int64_t dims[QG_MAX_DIMS];
-  int ndim = 0;
+  if (is_word(v, "True")) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': Fortran order not supported (save with np.ascontiguousarray)", path); goto done; }
+  if (!is_word(v, "False")) {
+    st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': 'fortran_order' must be False, got '%s'", path, quote_value(q, sizeof q, v)); goto done;
+  }
+  v = dict_value(h, "shape");
+  if (!v || *v != '(') { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': header has no 'shape' tuple", path); goto done; }
+  int64_t dims[QG_MAX_DIMS], numel = 1;
+  int ndim = 0, too_big = 0;
   const char *p = v + 1;
   for (;;) {
-    while (*p == ' ' || *p == ',') p++;
+    while (*p == ' ') p++;
     if (*p == ')') break;
-    char *end;
-    long long d = strtoll(p, &end, 10);
-    if (end == p || d < 0) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': bad shape in header", path); goto done; }
+    if (*p < '0' || *p > '9') { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': bad 'shape' %s", path, quote_value(q, sizeof q, v)); goto done; }
     if (ndim == QG_MAX_DIMS) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': more than %d dimensions", path, QG_MAX_DIMS); goto done; }
+    int64_t d = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (!qg_mul_ok(d, 10, &d) || d > INT64_MAX - 9) { too_big = 1; d = 0; }
+      d += *p - '0';
+    }
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    else if (*p != ')') { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': bad 'shape' %s", path, quote_value(q, sizeof q, v)); goto done; }
     dims[ndim++] = d;
-    p = end;
   }
   if (ndim == 0) dims[ndim++] = 1;   /* a 0-d scalar becomes [1] */
+  if (!qg_shape_numel(ndim, dims, &numel)) too_big = 1;
+  char shape[96];
+  qg_shape_str(shape, sizeof shape, ndim, dims);
+  int64_t want = 0, have = fsize - hstart - (int64_t)hlen;
+  if (too_big || !qg_mul_ok(numel, es, &want)) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': shape %s is too large", path, shape); goto done; }
+  /* Check the claimed size against the file before allocating. */
+  if (want != have) {
+    st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': %s: the header (shape %s of %s) promises %lld data bytes, the file has %lld", path,
+                 have < want ? "truncated" : "trailing bytes after the data", shape, descr, (long long)want, (long long)have);
+    goto done;
+  }
   st = qg_tensor_create(ctx, &t, dtype, QG_CPU, ndim, dims);
   if (st != QG_OK) goto done;
-  size_t want = (size_t)(t->numel * es);
-  size_t got = fread(t->data, 1, want, f);
-  if (got != want) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': truncated: the header promises %zu data bytes, the file has %zu", path, want, got); goto done; }
-  if (fgetc(f) != EOF) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': trailing bytes after the data", path); goto done; }
+  size_t got = fread(t->data, 1, (size_t)want, f);
+  if (got != (size_t)want) { st = qg_fail(ctx, QG_ERR_IO, fn, "'%s': read failed after %zu of %lld data bytes", path, got, (long long)want); goto done; }
 done:
   fclose(f);
   free(header);

@@ -2,10 +2,13 @@
  * io_safetensors.c: reading and writing safetensors files (8-byte little-endian header length,
  * a JSON header, then raw little-endian tensor data), the format of qgru's weights and
  * checkpoints and the one PyTorch users can open with `safetensors.torch.load_file`.
- * The reader validates the whole header on open (dtypes, shapes, offsets inside the file,
- * no overlaps) so later reads cannot go wrong half-way. The writer saves to path.tmp and renames.
+ * The reader validates the whole file on open before it is used: a regular file (a directory is
+ * a clear error), the header length inside the file, one JSON object and nothing after it,
+ * dtypes, shapes (overflow-checked sizes), unique names, and data_offsets that tile the data
+ * section exactly (no overlaps, no gaps, no trailing bytes, as the reference implementation
+ * requires), so later reads cannot go wrong half-way. The writer saves to path.tmp and renames.
  */
-#include "internal.h"
+#include "io_file.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -81,20 +84,26 @@ static qg_status parse_entry(qg_ctx *ctx, const char *fn, const char *path, cons
     return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' has dtype %s; qgru reads F32 F64 I8 U8 I16 I32 I64", path, item->string, dt->valuestring);
   int nd = cJSON_GetArraySize(shape);
   if (nd > QG_MAX_DIMS) return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' has %d dims (max %d)", path, item->string, nd, QG_MAX_DIMS);
-  int64_t numel = 1;
+  int64_t numel = 1, nbytes = 0;
+  int too_big = 0;
   e->ndim = nd ? nd : 1;
   e->dims[0] = 1;
   for (int i = 0; i < nd; i++) {
     const cJSON *d = cJSON_GetArrayItem(shape, i);
     if (!is_uint(d)) return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' has a bad shape entry", path, item->string);
     e->dims[i] = (int64_t)d->valuedouble;
-    numel *= e->dims[i];
+  }
+  if (!qg_shape_numel(e->ndim, e->dims, &numel)) too_big = 1;
+  if (too_big || !qg_mul_ok(numel, qg_dtype_size(e->dtype), &nbytes)) {
+    char sh[96];
+    return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s': shape %s of %s is too large", path, item->string,
+                   qg_shape_str(sh, sizeof sh, e->ndim, e->dims), dt->valuestring);
   }
   const cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
   if (!is_uint(b) || !is_uint(en)) return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' has bad data_offsets", path, item->string);
   e->begin = (int64_t)b->valuedouble;
   e->end = (int64_t)en->valuedouble;
-  if (e->end < e->begin || e->end - e->begin != numel * qg_dtype_size(e->dtype))
+  if (e->end < e->begin || e->end - e->begin != nbytes)
     return qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s': data_offsets [%lld, %lld] do not match %lld elements of %s", path,
                    item->string, (long long)e->begin, (long long)e->end, (long long)numel, dt->valuestring);
   if (e->end > data_bytes)
@@ -104,9 +113,12 @@ static qg_status parse_entry(qg_ctx *ctx, const char *fn, const char *path, cons
 }
 
 static int cmp_begin(const void *a, const void *b) {
-  int64_t x = (*(const st_entry *const *)a)->begin, y = (*(const st_entry *const *)b)->begin;
-  return x < y ? -1 : x > y;
+  const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
 }
+
+static int cmp_meta_key(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path) {
   if (!ctx || !out) return QG_ERR_ARG;
@@ -120,11 +132,13 @@ qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path) {
   cJSON *root = NULL;
   st_entry **order = NULL;
   sf->path = dupstr(path);
-  sf->f = fopen(path, "rb");
-  if (!sf->f) { st = qg_fail(ctx, QG_ERR_IO, fn, "cannot open '%s'", path); goto done; }
-  fseek(sf->f, 0, SEEK_END);
-  int64_t fsize = ftell(sf->f);
-  fseek(sf->f, 0, SEEK_SET);
+  if (!sf->path) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
+  int fd;
+  int64_t fsize;
+  st = qg_io_open(ctx, fn, path, &fd, &fsize);
+  if (st != QG_OK) goto done;
+  sf->f = fdopen(fd, "rb");
+  if (!sf->f) { close(fd); st = qg_fail(ctx, QG_ERR_IO, fn, "cannot open '%s': %s", path, strerror(errno)); goto done; }
   unsigned char lb[8];
   if (fsize < 8 || fread(lb, 1, 8, sf->f) != 8) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': too short for a safetensors file (%lld bytes)", path, (long long)fsize); goto done; }
   uint64_t hlen = 0;
@@ -145,14 +159,20 @@ qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path) {
                  (long long)(err_at ? err_at - hdr : 0));
     goto done;
   }
+  for (const char *p = err_at; p && p < hdr + hlen; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': unexpected text after the JSON header object (at byte %lld)", path, (long long)(p - hdr));
+      goto done;
+    }
   sf->data_start = 8 + (int64_t)hlen;
   int64_t data_bytes = fsize - sf->data_start;
-  int n = cJSON_GetArraySize(root);
+  int n = cJSON_GetArraySize(root), seen_meta = 0;
   sf->entries = (st_entry *)calloc((size_t)n + 1, sizeof(st_entry));
   sf->meta = (char **)calloc(2 * (size_t)n + 2, sizeof(char *));
   if (!sf->entries || !sf->meta) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
   for (cJSON *it = root->child; it; it = it->next) {
     if (!strcmp(it->string, "__metadata__")) {
+      if (seen_meta++) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': duplicate \"__metadata__\"", path); goto done; }
       if (!cJSON_IsObject(it)) { st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': __metadata__ is not an object", path); goto done; }
       int m = cJSON_GetArraySize(it);
       char **meta = (char **)realloc(sf->meta, (2 * (size_t)n + 2 * (size_t)m + 2) * sizeof(char *));
@@ -163,6 +183,7 @@ qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path) {
         sf->meta[2 * sf->meta_count] = dupstr(kv->string);
         sf->meta[2 * sf->meta_count + 1] = dupstr(kv->valuestring);
         sf->meta_count++;
+        if (!sf->meta[2 * sf->meta_count - 2] || !sf->meta[2 * sf->meta_count - 1]) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
       }
       continue;
     }
@@ -171,18 +192,44 @@ qg_status qg_st_open(qg_ctx *ctx, qg_st_file **out, const char *path) {
     if (st != QG_OK) goto done;
     e->name = dupstr(it->string);
     sf->count++;
+    if (!e->name) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
   }
-  /* No two tensors may share bytes. */
+  /* Names and metadata keys are unique. */
+  qsort(sf->entries, (size_t)sf->count, sizeof(st_entry), cmp_entry_name);
+  for (int64_t i = 1; i < sf->count; i++)
+    if (!strcmp(sf->entries[i].name, sf->entries[i - 1].name)) {
+      st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': duplicate tensor name '%s'", path, sf->entries[i].name);
+      goto done;
+    }
+  qsort(sf->meta, (size_t)sf->meta_count, 2 * sizeof(char *), cmp_meta_key);
+  for (int64_t i = 1; i < sf->meta_count; i++)
+    if (!strcmp(sf->meta[2 * i], sf->meta[2 * i - 2])) {
+      st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': duplicate __metadata__ key '%s'", path, sf->meta[2 * i]);
+      goto done;
+    }
+  /* The tensors tile the data section: no shared bytes, no gaps, nothing after the last one. */
   order = (st_entry **)malloc(((size_t)sf->count + 1) * sizeof *order);
   if (!order) { st = qg_fail(ctx, QG_ERR_MEMORY, fn, "out of memory"); goto done; }
   for (int64_t i = 0; i < sf->count; i++) order[i] = &sf->entries[i];
   qsort(order, (size_t)sf->count, sizeof *order, cmp_begin);
-  for (int64_t i = 1; i < sf->count; i++)
-    if (order[i]->begin < order[i - 1]->end) {
+  int64_t pos = 0;
+  for (int64_t i = 0; i < sf->count; i++) {
+    if (order[i]->begin < pos) {
       st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensors '%s' and '%s' overlap", path, order[i - 1]->name, order[i]->name);
       goto done;
     }
-  qsort(sf->entries, (size_t)sf->count, sizeof(st_entry), cmp_entry_name);
+    if (order[i]->begin > pos) {
+      st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': tensor '%s' begins at data byte %lld, expected %lld (a gap of unused bytes)", path,
+                   order[i]->name, (long long)order[i]->begin, (long long)pos);
+      goto done;
+    }
+    pos = order[i]->end;
+  }
+  if (pos != data_bytes) {
+    st = qg_fail(ctx, QG_ERR_FORMAT, fn, "'%s': %lld trailing bytes after the tensor data (the tensors end at data byte %lld of %lld)", path,
+                 (long long)(data_bytes - pos), (long long)pos, (long long)data_bytes);
+    goto done;
+  }
 done:
   free(order);
   cJSON_Delete(root);

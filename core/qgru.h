@@ -101,6 +101,11 @@ qg_status qg_tensor_create(qg_ctx *ctx, qg_tensor **out, int dtype, int device, 
 qg_status qg_tensor_view(qg_ctx *ctx, qg_tensor **out, const qg_tensor *src, int64_t offset, int ndim, const int64_t *dims);
 void qg_tensor_free(qg_tensor *t);       /* NULL is allowed; frees data only when owned */
 
+/* Non-finite values of t (f32/f64, CPU): *count = how many entries are NaN or +-Inf, *first_index
+ * = the flat (row-major) index of the first one, or -1 when there is none. Integer dtypes have no
+ * non-finite values (count 0, first_index -1). A CUDA tensor is QG_ERR_DEVICE. */
+qg_status qg_count_nonfinite(qg_ctx *ctx, int64_t *count, int64_t *first_index, const qg_tensor *t);
+
 /* dst = src elementwise. Same numel; any devices (cpu<->cuda); dtypes may differ only on the CPU
  * (converted by C casts; float->int truncates toward zero). */
 qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src);

@@ -5,6 +5,8 @@
  *
  * Values being aligned or requantized are 128-bit integers (qg_i128): codes of up to 32 bits
  * shifted left by up to 62 bits still fit, so alignment is exact for every legal exponent.
+ * Left shifts are written as multiplications by 2^k (a left shift of a negative value is
+ * undefined behaviour in C); every product is bounded, so the results are bit-identical.
  */
 #ifndef QGRU_QUANT_MATH_H
 #define QGRU_QUANT_MATH_H
@@ -50,7 +52,7 @@ QG_HD double qg_deq(int64_t code, qg_qp q) { return ldexp((double)(code - q.z), 
 QG_HD qg_i128 qg_rshift_rne(qg_i128 v, int k) {
   if (k >= 126) return 0;   /* |v| < 2^100 in every caller: the quotient rounds to 0 */
   qg_i128 fl = v >> k;      /* floor (arithmetic shift) */
-  qg_i128 rem = v - (fl << k);
+  qg_i128 rem = v - fl * (((qg_i128)1) << k);   /* fl * 2^k: |fl| * 2^k <= |v| + 2^k */
   qg_i128 half = ((qg_i128)1) << (k - 1);
   if (rem > half || (rem == half && (fl & 1))) fl += 1;
   return fl;
@@ -68,7 +70,7 @@ QG_HD int64_t qg_requant(qg_i128 v, int s, qg_qp q, int *m) {
     const qg_i128 limit = ((qg_i128)1) << 96;   /* anything beyond clamps either way */
     if (v == 0) r = 0;
     else if (l >= 96 || (v > 0 ? v : -v) >= (limit >> l)) r = v > 0 ? limit : -limit;
-    else r = v << l;
+    else r = v * (((qg_i128)1) << l);   /* |v| * 2^l < 2^96 here */
   }
   r += q.z;
   if (r < q.qmin) { *m = 0; return q.qmin; }
@@ -88,6 +90,6 @@ QG_HD int64_t qg_requant_real(double a, int s, qg_qp q, int *m) {
 }
 
 /* (code - z) shifted from scale 2^-e up to the finer scale 2^-emax (emax >= e). */
-QG_HD qg_i128 qg_align(int64_t centered, int e, int emax) { return ((qg_i128)centered) << (emax - e); }
+QG_HD qg_i128 qg_align(int64_t centered, int e, int emax) { return ((qg_i128)centered) * (((qg_i128)1) << (emax - e)); }
 
 #endif

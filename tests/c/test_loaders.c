@@ -1,0 +1,322 @@
+/*
+ * test_loaders.c: hostile inputs for the C loaders (IDX plain and gzip, .npy, safetensors), one
+ * test per finding of issue 9, each with its input file built here and the clear error checked by
+ * substring (file named, expected vs got, no tensor returned); qg_count_nonfinite and
+ * qg_rng_set_state's checks; the quantization shifts on negative values against hand-computed
+ * results. Then it replays every file of the fuzz seed and regression corpora
+ * (tests/fuzz/{corpus,regressions}/<target>/) through the fuzz targets, without the fuzzer.
+ * Usage: test_loaders <tests/fuzz folder>
+ */
+#include "qgru.h"
+#include "quant_math.h"
+#include "../fuzz/fuzz_targets.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static int failures = 0, checks = 0;
+#define CHECK(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+/* The last error contains every given substring. */
+#define CHECK_ERR(ctx, ...) do { const char *subs_[] = {__VA_ARGS__, NULL}; checks++; \
+  for (int i_ = 0; subs_[i_]; i_++) if (!strstr(qg_last_error(ctx), subs_[i_])) { failures++; \
+    fprintf(stderr, "%s:%d: error '%s' lacks '%s'\n", __FILE__, __LINE__, qg_last_error(ctx), subs_[i_]); break; } } while (0)
+
+static char dir[64];
+
+static const char *tmp(const char *name) {
+  static char buf[4][160];
+  static int k = 0;
+  k = (k + 1) % 4;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+  return buf[k];
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) { fprintf(stderr, "cannot write %s\n", path); exit(2); }
+}
+
+/* A .npy version 1.0 file with the given header dict (padded to 64 bytes) and nbytes of data. */
+static void write_npy(const char *path, const char *dict, size_t nbytes) {
+  char h[256];
+  size_t n = strlen(dict), total = 10 + n + 1, pad = (64 - total % 64) % 64;
+  memcpy(h, "\x93NUMPY\x01\x00", 8);
+  h[8] = (char)((n + pad + 1) & 255); h[9] = (char)((n + pad + 1) >> 8);
+  memcpy(h + 10, dict, n);
+  memset(h + 10 + n, ' ', pad);
+  h[10 + n + pad] = '\n';
+  size_t hl = 10 + n + pad + 1;
+  char *buf = (char *)calloc(1, hl + nbytes);
+  memcpy(buf, h, hl);
+  for (size_t i = 0; i < nbytes; i++) buf[hl + i] = (char)i;
+  write_file(path, buf, hl + nbytes);
+  free(buf);
+}
+
+/* A safetensors file: 8-byte length, the JSON header as given, then nbytes of data. */
+static void write_st(const char *path, const char *json, size_t nbytes) {
+  size_t n = strlen(json);
+  char *buf = (char *)calloc(1, 8 + n + nbytes);
+  for (int i = 0; i < 8; i++) buf[i] = (char)(((uint64_t)n >> (8 * i)) & 255);
+  memcpy(buf + 8, json, n);
+  write_file(path, buf, 8 + n + nbytes);
+  free(buf);
+}
+
+static void test_directories(qg_ctx *ctx) {
+  qg_tensor *t = NULL;
+  qg_st_file *f = NULL;
+  CHECK(qg_npy_load(ctx, &t, dir) == QG_ERR_IO && t == NULL);
+  CHECK_ERR(ctx, dir, "is a directory");
+  CHECK(qg_idx_load(ctx, &t, dir) == QG_ERR_IO && t == NULL);
+  CHECK_ERR(ctx, dir, "is a directory");
+  CHECK(qg_st_open(ctx, &f, dir) == QG_ERR_IO && f == NULL);
+  CHECK_ERR(ctx, dir, "is a directory");
+  CHECK(strstr(qg_last_error(ctx), "9223372036854775807") == NULL);
+  CHECK(qg_npy_load(ctx, &t, tmp("missing.npy")) == QG_ERR_IO && t == NULL);
+  CHECK_ERR(ctx, "missing.npy", "No such file");
+}
+
+static void test_npy(qg_ctx *ctx) {
+  qg_tensor *t = NULL;
+  /* Positive control: 2x3 f4. */
+  write_npy(tmp("ok.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
+  CHECK(qg_npy_load(ctx, &t, tmp("ok.npy")) == QG_OK && t && t->ndim == 2 && t->dims[0] == 2 && t->dims[1] == 3);
+  CHECK(t && ((unsigned char *)t->data)[23] == 23);
+  qg_tensor_free(t); t = NULL;
+  /* A header claiming 40 GB is checked against the file length before anything is allocated:
+   * the error is the size check (it quotes the claim), not an allocation failure. */
+  write_npy(tmp("huge.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (10000000000,), }", 16);
+  CHECK(qg_npy_load(ctx, &t, tmp("huge.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "huge.npy", "truncated", "shape [10000000000] of <f4) promises 40000000000 data bytes, the file has 16");
+  /* A shape whose byte size overflows int64. */
+  write_npy(tmp("overflow.npy"), "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 8);
+  CHECK(qg_npy_load(ctx, &t, tmp("overflow.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "overflow.npy", "too large");
+  write_npy(tmp("overflow2.npy"), "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }", 8);
+  CHECK(qg_npy_load(ctx, &t, tmp("overflow2.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "overflow2.npy", "too large");
+  /* Trailing bytes after the data. */
+  write_npy(tmp("trail.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 9);
+  CHECK(qg_npy_load(ctx, &t, tmp("trail.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "trail.npy", "trailing bytes", "promises 8 data bytes, the file has 9");
+  /* fortran_order: True is "not supported"; anything but False/True is rejected by value. */
+  write_npy(tmp("fortran.npy"), "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8);
+  CHECK(qg_npy_load(ctx, &t, tmp("fortran.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "fortran.npy", "Fortran order not supported");
+  static const char *odd[] = {"0", "None", "Falsey", "'False'", "Truest", "1"};
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+    char dict[128], want[64];
+    snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': %s, 'shape': (2,), }", odd[i]);
+    snprintf(want, sizeof want, "'fortran_order' must be False, got '%s'", odd[i]);
+    write_npy(tmp("odd.npy"), dict, 8);
+    CHECK(qg_npy_load(ctx, &t, tmp("odd.npy")) == QG_ERR_FORMAT && t == NULL);
+    CHECK_ERR(ctx, "odd.npy", want);
+  }
+  /* Malformed shapes. */
+  write_npy(tmp("shape.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", 8);
+  CHECK(qg_npy_load(ctx, &t, tmp("shape.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "shape.npy", "bad 'shape' (-2,)");
+  /* Header length beyond the file. */
+  unsigned char shorty[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0xff, 0xff, 0x00, 0x00};
+  write_file(tmp("hlen.npy"), shorty, sizeof shorty);
+  CHECK(qg_npy_load(ctx, &t, tmp("hlen.npy")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "hlen.npy", "header length 65535 does not fit in a 12-byte file");
+}
+
+static void test_idx(qg_ctx *ctx) {
+  qg_tensor *t = NULL;
+  /* A plain IDX claiming 60000 x 60000 u8 (3.6 GB) with 6 data bytes. */
+  unsigned char big[4 + 8 + 6] = {0, 0, 8, 2, 0, 0, 0xea, 0x60, 0, 0, 0xea, 0x60, 1, 2, 3, 4, 5, 6};
+  write_file(tmp("big.idx"), big, sizeof big);
+  CHECK(qg_idx_load(ctx, &t, tmp("big.idx")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "big.idx", "truncated", "shape [60000, 60000] of u8) promises 3600000000 data bytes, the file has 6");
+  /* 4 dims of 2^32 - 1 elements of f64: the byte size overflows int64. */
+  unsigned char ov[4 + 16] = {0, 0, 0x0E, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  write_file(tmp("ov.idx"), ov, sizeof ov);
+  CHECK(qg_idx_load(ctx, &t, tmp("ov.idx")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "ov.idx", "too large");
+  /* Found by fuzzing: huge dims then a zero one (0 elements, so the size check passes) went on to
+   * fail in qg_tensor_create without naming the file. */
+  unsigned char zd[4 + 16] = {0, 0, 0x0C, 4, 0x00, 0x29, 0x00, 0x32, 0x00, 0x01, 0x1f, 0x00, 0x01, 0x1f, 0x00, 0x01, 0, 0, 0, 0};
+  write_file(tmp("zerodim.idx"), zd, sizeof zd);
+  CHECK(qg_idx_load(ctx, &t, tmp("zerodim.idx")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "zerodim.idx", "shape [2687026, 73472, 18808833, 0] is too large");
+  /* gzip: a good file loads (big-endian i16 values swapped), ... */
+  unsigned char idx[4 + 4 + 6] = {0, 0, 0x0B, 1, 0, 0, 0, 3, 0x01, 0x02, 0xff, 0xfe, 0x00, 0x07};
+  gzFile g = gzopen(tmp("ok.idx.gz"), "wb");
+  CHECK(g && gzwrite(g, idx, sizeof idx) == (int)sizeof idx && gzclose(g) == Z_OK);
+  CHECK(qg_idx_load(ctx, &t, tmp("ok.idx.gz")) == QG_OK && t && t->dtype == QG_I16 && t->numel == 3);
+  CHECK(t && ((int16_t *)t->data)[0] == 0x0102 && ((int16_t *)t->data)[1] == -2 && ((int16_t *)t->data)[2] == 7);
+  qg_tensor_free(t); t = NULL;
+  FILE *f = fopen(tmp("ok.idx.gz"), "rb");
+  unsigned char gz[256];
+  size_t gn = fread(gz, 1, sizeof gz, f);
+  fclose(f);
+  CHECK(gn > 8 && gn < sizeof gz);
+  /* ... without its CRC/ISIZE trailer it is rejected, ... */
+  write_file(tmp("notrailer.idx.gz"), gz, gn - 8);
+  CHECK(qg_idx_load(ctx, &t, tmp("notrailer.idx.gz")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "notrailer.idx.gz", "truncated gzip stream: no CRC/ISIZE trailer");
+  write_file(tmp("halftrailer.idx.gz"), gz, gn - 3);
+  CHECK(qg_idx_load(ctx, &t, tmp("halftrailer.idx.gz")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "halftrailer.idx.gz", "truncated gzip stream");
+  /* ... with a wrong CRC too, ... */
+  gz[gn - 8] ^= 1;
+  write_file(tmp("badcrc.idx.gz"), gz, gn);
+  CHECK(qg_idx_load(ctx, &t, tmp("badcrc.idx.gz")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "badcrc.idx.gz", "incorrect data check");
+  /* ... and a gzip IDX whose header claims more than the stream holds fails before allocating. */
+  unsigned char claim[4 + 4 + 2] = {0, 0, 0x08, 1, 0x7f, 0xff, 0xff, 0xff, 1, 2};
+  g = gzopen(tmp("claim.idx.gz"), "wb");
+  CHECK(g && gzwrite(g, claim, sizeof claim) == (int)sizeof claim && gzclose(g) == Z_OK);
+  CHECK(qg_idx_load(ctx, &t, tmp("claim.idx.gz")) == QG_ERR_FORMAT && t == NULL);
+  CHECK_ERR(ctx, "claim.idx.gz", "promises 2147483647 data bytes, the decompressed file has 2");
+}
+
+static void test_safetensors(qg_ctx *ctx) {
+  qg_st_file *f = NULL;
+  const char *a = "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
+  char json[512];
+  /* Positive control. */
+  snprintf(json, sizeof json, "{%s}", a);
+  write_st(tmp("ok.st"), json, 8);
+  CHECK(qg_st_open(ctx, &f, tmp("ok.st")) == QG_OK && f && qg_st_count(f) == 1);
+  qg_st_close(f); f = NULL;
+  /* Duplicate names. */
+  snprintf(json, sizeof json, "{%s,%s}", a, a);
+  write_st(tmp("dup.st"), json, 8);
+  CHECK(qg_st_open(ctx, &f, tmp("dup.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "dup.st", "duplicate tensor name 'a'");
+  write_st(tmp("dupmeta.st"), "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0);
+  CHECK(qg_st_open(ctx, &f, tmp("dupmeta.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "dupmeta.st", "duplicate __metadata__ key 'k'");
+  /* Trailing bytes after the data. */
+  snprintf(json, sizeof json, "{%s}", a);
+  write_st(tmp("trail.st"), json, 12);
+  CHECK(qg_st_open(ctx, &f, tmp("trail.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "trail.st", "4 trailing bytes after the tensor data");
+  /* A gap between tensors. */
+  write_st(tmp("gap.st"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[3,5]}}", 5);
+  CHECK(qg_st_open(ctx, &f, tmp("gap.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "gap.st", "tensor 'b' begins at data byte 3, expected 2");
+  /* Shape [2^32, 2^32, 16]: the element count overflows int64 (was signed overflow, UB). */
+  write_st(tmp("overflow.st"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}", 0);
+  CHECK(qg_st_open(ctx, &f, tmp("overflow.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "overflow.st", "tensor 'w': shape [4294967296, 4294967296, 16] of F32 is too large");
+  /* Text after the JSON object inside the header. */
+  snprintf(json, sizeof json, "{%s} x", a);
+  write_st(tmp("after.st"), json, 8);
+  CHECK(qg_st_open(ctx, &f, tmp("after.st")) == QG_ERR_FORMAT && f == NULL);
+  CHECK_ERR(ctx, "after.st", "unexpected text after the JSON header object");
+}
+
+static void test_nonfinite_and_rng(qg_ctx *ctx) {
+  int64_t d[1] = {5}, count = -7, first = -7;
+  qg_tensor *t = NULL, *u = NULL, *k = NULL;
+  CHECK(qg_tensor_create(ctx, &t, QG_F32, QG_CPU, 1, d) == QG_OK);
+  uint32_t bits[5] = {0x3f800000u, 0xFFEC0001u /* a NaN with a payload */, 0x40400000u, 0x7f800000u /* +inf */, 0xff800000u /* -inf */};
+  memcpy(t->data, bits, sizeof bits);
+  CHECK(qg_count_nonfinite(ctx, &count, &first, t) == QG_OK && count == 3 && first == 1);
+  CHECK(qg_tensor_create(ctx, &u, QG_F64, QG_CPU, 1, d) == QG_OK);
+  ((double *)u->data)[4] = NAN;
+  CHECK(qg_count_nonfinite(ctx, &count, &first, u) == QG_OK && count == 1 && first == 4);
+  ((double *)u->data)[4] = 1e308;
+  CHECK(qg_count_nonfinite(ctx, &count, &first, u) == QG_OK && count == 0 && first == -1);
+  CHECK(qg_tensor_create(ctx, &k, QG_I32, QG_CPU, 1, d) == QG_OK);
+  memset(k->data, 0xff, 20);
+  CHECK(qg_count_nonfinite(ctx, &count, &first, k) == QG_OK && count == 0 && first == -1);
+  CHECK(qg_count_nonfinite(ctx, &count, NULL, k) == QG_ERR_ARG);
+  qg_tensor_free(t); qg_tensor_free(u); qg_tensor_free(k);
+  /* An all-zero xoshiro state is refused and the generator is left as it was. */
+  uint64_t before[4], after[4], zero[4] = {0, 0, 0, 0};
+  CHECK(qg_rng_get_state(ctx, before) == QG_OK);
+  CHECK(qg_rng_set_state(ctx, zero) == QG_ERR_ARG);
+  CHECK_ERR(ctx, "qg_rng_set_state", "all-zero");
+  CHECK(qg_rng_get_state(ctx, after) == QG_OK && memcmp(before, after, sizeof before) == 0);
+  CHECK(qg_rng_set_state(ctx, NULL) == QG_ERR_ARG);
+}
+
+/* The shifts of quant_math.h on negative values, against hand-computed results (UBSan checks
+ * that no left shift of a negative value remains). */
+static void test_shifts(void) {
+  CHECK(qg_rshift_rne(-5, 1) == -2);    /* -2.5 -> -2 (even) */
+  CHECK(qg_rshift_rne(-7, 1) == -4);    /* -3.5 -> -4 (even) */
+  CHECK(qg_rshift_rne(-6, 2) == -2);    /* -1.5 -> -2 */
+  CHECK(qg_rshift_rne(-5, 2) == -1);    /* -1.25 -> -1 */
+  CHECK(qg_rshift_rne(-3, 2) == -1);    /* -0.75 -> -1 */
+  CHECK(qg_rshift_rne(-((qg_i128)1 << 99), 100) == 0);   /* -0.5 -> 0 (even) */
+  CHECK(qg_rshift_rne(-((qg_i128)3 << 98), 100) == -1);  /* -0.75 -> -1 */
+  CHECK(qg_align(-3, 0, 4) == -48);
+  CHECK(qg_align(-(int64_t)2147483648LL, -31, 31) == -((qg_i128)1 << 93));
+  qg_qp q = qg_qp_make(8, 0, 2, 0);
+  int m = -1;
+  CHECK(qg_requant(-3, 0, q, &m) == -12 && m == 1);        /* k = -2: -3 * 4 */
+  CHECK(qg_requant(-40, 0, q, &m) == -128 && m == 0);      /* -160 clamps */
+  CHECK(qg_requant(-((qg_i128)1 << 90), 0, q, &m) == -128 && m == 0);
+  CHECK(qg_requant(-10, 4, q, &m) == -2 && m == 1);        /* k = 2: -2.5 -> -2 */
+}
+
+/* Replays every file of <fuzz>/<kind>/<target>/ through the target; returns how many. */
+static int replay(const char *fuzz, const char *kind, const char *target) {
+  char d[512];
+  snprintf(d, sizeof d, "%s/%s/%s", fuzz, kind, target);
+  DIR *dp = opendir(d);
+  if (!dp) return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(dp))) {
+    if (de->d_name[0] == '.') continue;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", d, de->d_name);
+    FILE *f = fopen(p, "rb");
+    if (!f) continue;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = (uint8_t *)malloc(sz > 0 ? (size_t)sz : 1);
+    size_t got = fread(buf, 1, (size_t)(sz > 0 ? sz : 0), f);
+    fclose(f);
+    CHECK(got == (size_t)(sz > 0 ? sz : 0));
+    fprintf(stderr, "replay %s\n", p);
+    CHECK(qg_fuzz_run(target, buf, got) == 0);
+    free(buf);
+    n++;
+  }
+  closedir(dp);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) { fprintf(stderr, "usage: test_loaders <tests/fuzz folder>\n"); return 2; }
+  snprintf(dir, sizeof dir, "/tmp/qgru_test_loaders_XXXXXX");
+  if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
+  qg_ctx *ctx = NULL;
+  if (qg_ctx_create(&ctx, QG_CPU, 0, 42) != QG_OK) return 2;
+  test_directories(ctx);
+  test_npy(ctx);
+  test_idx(ctx);
+  test_safetensors(ctx);
+  test_nonfinite_and_rng(ctx);
+  test_shifts();
+  int seeds = 0, regressions = 0;
+  for (int i = 0; qg_fuzz_target_names[i]; i++) {
+    seeds += replay(argv[1], "corpus", qg_fuzz_target_names[i]);
+    regressions += replay(argv[1], "regressions", qg_fuzz_target_names[i]);
+  }
+  CHECK(seeds > 0);
+  qg_ctx_destroy(ctx);
+  DIR *dp = opendir(dir);   /* the scratch folder holds only the files written above */
+  for (struct dirent *de; dp && (de = readdir(dp));)
+    if (de->d_name[0] != '.') remove(tmp(de->d_name));
+  if (dp) closedir(dp);
+  rmdir(dir);
+  printf("test_loaders: %d checks, %d failures; replayed %d seed and %d regression files\n", checks, failures, seeds, regressions);
+  return failures ? 1 : 0;
+}
