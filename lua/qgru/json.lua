@@ -55,12 +55,22 @@ function json.decode(text, source)
   return v
 end
 
-function json.read(path)
+-- The whole content of a file; errors say why it cannot be read ("is a directory", ...).
+function json.readFile(path, what)
+  if type(path) ~= "string" then error("qgru: " .. (what or "json.read") .. ": expected a file path, got " .. type(path), 0) end
   local f, err = io.open(path, "rb")
-  if not f then error("qgru: cannot read '" .. path .. "': " .. tostring(err), 0) end
-  local s = f:read("*a")
+  if not f then error("qgru: cannot read '" .. path .. "': " .. tostring(err):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", ""), 0) end
+  local s, rerr, code = f:read("*a")
   f:close()
-  return json.decode(s, path)
+  if s == nil then
+    if code == 21 then error("qgru: '" .. path .. "': is a directory, not a file", 0) end
+    error("qgru: cannot read '" .. path .. "': " .. tostring(rerr), 0)
+  end
+  return s
+end
+
+function json.read(path)
+  return json.decode(json.readFile(path), path)
 end
 
 -- An object whose keys are written in the given order.

@@ -87,6 +87,54 @@ local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuff
                eval_batch_size = true, log_every = true, checkpoint = true, checkpoint_every = true, resume = true,
                lr_schedule = true, nan = true, max_steps = true, options = true }
 
+-- Options that may change between a run and its resume (the rest must be equal).
+train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true }
+
+-- Resumes from checkpoint o.resume: everything (tensors, metadata, quantizers, the options of
+-- the run) is checked before anything is loaded; on any mismatch nothing changes.
+local function resume_from(self, o, bs, epochs, state)
+  local plan = serialize.readCheckpoint(o.resume, self.model, self.optimizer)
+  local saved = plan.state
+  local diffs = {}
+  if saved.batch_size and saved.batch_size ~= bs then
+    diffs[#diffs + 1] = string.format("batch_size: checkpoint %s, now %s (its position in the epoch would be wrong)", tostring(saved.batch_size), tostring(bs))
+  end
+  if saved.seed ~= nil and saved.seed ~= state.seed then
+    diffs[#diffs + 1] = string.format("seed: checkpoint %s, now %s", tostring(saved.seed), tostring(state.seed))
+  end
+  if type(saved.options) == "table" and type(o.options) == "table" then
+    local keys = {}
+    for k in pairs(saved.options) do keys[#keys + 1] = tostring(k) end
+    for k in pairs(o.options) do if saved.options[k] == nil then keys[#keys + 1] = tostring(k) end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local a, b = saved.options[k], o.options[k]
+      if not train.RESUME_MAY_DIFFER[k] and a ~= b then
+        diffs[#diffs + 1] = string.format("option %s: checkpoint %s, now %s", k, tostring(a), tostring(b))
+      end
+    end
+  end
+  if #diffs > 0 then
+    error(string.format("qgru: Engine:train: cannot resume from %s, the run differs from the checkpoint's (nothing was loaded):\n  %s",
+                        o.resume, table.concat(diffs, "\n  ")), 0)
+  end
+  plan.apply()
+  for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
+    if saved[k] ~= nil then state[k] = saved[k] end
+  end
+  self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
+end
+
+-- Names of the parameters holding NaN or Inf (for the NaN guard's message).
+local function nonfinite_params(model)
+  local bad = {}
+  for _, p in ipairs(model:namedParameters()) do
+    local n = p.param:countNonFinite()
+    if n > 0 then bad[#bad + 1] = string.format("%s (%d)", p.name, n) end
+  end
+  return bad
+end
+
 function Engine:train(o)
   for k in pairs(o) do
     if not OPTS[k] then error("qgru: Engine:train: unknown option '" .. tostring(k) .. "'", 2) end
@@ -97,23 +145,7 @@ function Engine:train(o)
   local nb = o.data:numBatches(bs)
   local state = { epoch = 1, batch = 0, step = 0, history = {}, losses = {}, seed = o.seed or 0,
                   model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
-  if o.resume then
-    -- the quantizer state is checked against the model before anything is loaded
-    local peek = serialize.open(o.resume)
-    local pst = serialize.decode(peek.metadata["qgru.state"] or "{}", "checkpoint state")
-    peek:close()
-    if pst.quant then require("qgru.quant").checkState(self.model, pst.quant) end
-    local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
-    if saved.quant then require("qgru.quant").setState(self.model, saved.quant) end
-    if saved.batch_size and saved.batch_size ~= bs then
-      error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
-                          o.resume, saved.batch_size, bs), 2)
-    end
-    for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
-      if saved[k] ~= nil then state[k] = saved[k] end
-    end
-    self.log(string.format("resumed from %s at epoch %d, batch %d (step %d)", o.resume, state.epoch, state.batch, state.step))
-  end
+  if o.resume then resume_from(self, o, bs, epochs, state) end
   local total_steps = epochs * nb
   local log_every = o.log_every or math.max(1, math.floor(nb / 10))
   local nan_policy = o.nan or "error"
@@ -146,6 +178,8 @@ function Engine:train(o)
       local n = x:size(2)
       if loss ~= loss or loss == math.huge or loss == -math.huge then
         local msg = string.format("non-finite loss (%s) at epoch %d, batch %d, step %d", tostring(loss), state.epoch, b, state.step + 1)
+        local badp = nonfinite_params(self.model)
+        if #badp > 0 then msg = msg .. "; parameters with non-finite values: " .. table.concat(badp, ", ") end
         if nan_policy ~= "skip" then
           error("qgru: " .. msg .. (o.checkpoint and ("; the last checkpoint is " .. o.checkpoint) or ""), 0)
         end
