@@ -13,6 +13,15 @@ local M = {}
 
 local function cpu_ctx() return clib.context("cpu") end
 
+-- Creates a directory and its parents (like mkdir -p, through C: no shell sees the path).
+function M.mkdir(path)
+  if type(path) ~= "string" or path == "" then error("qgru: mkdir: expected a non-empty path, got " .. tostring(path), 2) end
+  if path:find("\0", 1, true) then error("qgru: mkdir: the path contains a NUL byte", 2) end
+  local ctx = cpu_ctx()
+  check(ctx, lib.qg_mkdir_p(ctx, path))
+  return path
+end
+
 -- save(path, {name = Tensor, ...}, {key = "string", ...})
 function M.save(path, tensors, metadata)
   local ctx = cpu_ctx()

@@ -92,15 +92,17 @@ train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name =
 
 -- Resumes from checkpoint o.resume: everything (tensors, metadata, quantizers, the options of
 -- the run) is checked before anything is loaded; on any mismatch nothing changes.
-local function resume_from(self, o, bs, epochs, state)
+local function check_resume(self, o, bs, seed)
+  if type(o.resume) ~= "string" then error("qgru: Engine:train: resume must be a checkpoint path, got " .. type(o.resume), 0) end
+  if not self.optimizer then error("qgru: Engine:train: the engine has no optimizer", 0) end
   local plan = serialize.readCheckpoint(o.resume, self.model, self.optimizer)
   local saved = plan.state
   local diffs = {}
   if saved.batch_size and saved.batch_size ~= bs then
     diffs[#diffs + 1] = string.format("batch_size: checkpoint %s, now %s (its position in the epoch would be wrong)", tostring(saved.batch_size), tostring(bs))
   end
-  if saved.seed ~= nil and saved.seed ~= state.seed then
-    diffs[#diffs + 1] = string.format("seed: checkpoint %s, now %s", tostring(saved.seed), tostring(state.seed))
+  if saved.seed ~= nil and saved.seed ~= seed then
+    diffs[#diffs + 1] = string.format("seed: checkpoint %s, now %s", tostring(saved.seed), tostring(seed))
   end
   if type(saved.options) == "table" and type(o.options) == "table" then
     local keys = {}
@@ -118,6 +120,19 @@ local function resume_from(self, o, bs, epochs, state)
     error(string.format("qgru: Engine:train: cannot resume from %s, the run differs from the checkpoint's (nothing was loaded):\n  %s",
                         o.resume, table.concat(diffs, "\n  ")), 0)
   end
+  return plan
+end
+
+-- Checks that o (the options of a later train{...}: resume, batch_size, seed, options) can
+-- resume from o.resume, changing nothing; raises the problems. Recipes call it before loading data.
+function Engine:checkResume(o)
+  check_resume(self, o, o.batch_size or 128, o.seed or 0)
+  return true
+end
+
+local function resume_from(self, o, bs, state)
+  local plan = check_resume(self, o, bs, state.seed)
+  local saved = plan.state
   plan.apply()
   for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
     if saved[k] ~= nil then state[k] = saved[k] end
@@ -145,7 +160,7 @@ function Engine:train(o)
   local nb = o.data:numBatches(bs)
   local state = { epoch = 1, batch = 0, step = 0, history = {}, losses = {}, seed = o.seed or 0,
                   model = self.model, criterion = self.criterion, optimizer = self.optimizer, engine = self }
-  if o.resume then resume_from(self, o, bs, epochs, state) end
+  if o.resume then resume_from(self, o, bs, state) end
   local total_steps = epochs * nb
   local log_every = o.log_every or math.max(1, math.floor(nb / 10))
   local nan_policy = o.nan or "error"
