@@ -255,6 +255,7 @@ local function flat_index(self, ...)
   if n ~= #s then error(string.format("qgru.Tensor: %d indices for a %d-dim tensor", n, #s), 3) end
   for i = 1, n do
     local v = select(i, ...)
+    if type(v) ~= "number" or v % 1 ~= 0 then error(string.format("qgru.Tensor: index %d must be an integer, got %s", i, tostring(v)), 3) end
     if v < 1 or v > s[i] then error(string.format("qgru.Tensor: index %d is %d, outside 1..%d", i, v, s[i]), 3) end
     idx = idx * s[i] + (v - 1)
   end
@@ -268,6 +269,7 @@ function Tensor:set(...)
   local n = select("#", ...)
   local v = select(n, ...)
   if self:device() ~= "cpu" then error("qgru.Tensor:set: only on cpu tensors", 2) end
+  if type(v) ~= "number" then error("qgru.Tensor:set: the value must be a number, got " .. type(v), 2) end
   local idx = flat_index(self, unpack({ ... }, 1, n - 1))
   self:ptr()[idx] = v
   return self

@@ -273,3 +273,24 @@ describe("recipes", function()
     assert.is_true(n > 20)
   end)
 end)
+
+describe("json", function()
+  it("refuses to write tables that would lose keys, cycles, and reads only bounded files", function()
+    assert.raises_match(function() json.encode({ 1, 2, x = 3 }) end, "mixed or sparse keys as JSON at $")
+    assert.raises_match(function() json.encode({ [1] = 1, [3] = 3 }) end, "mixed or sparse keys")
+    local cyc = {}
+    cyc.self = cyc
+    assert.raises_match(function() json.encode(cyc) end, "nested deeper than 500 levels")
+    assert.raises_match(function() json.decode(nil) end, "expected JSON text, got nil")
+    local p = U.tmpname(".json")
+    U.write_bytes(p, '{"a": "' .. string.rep("x", 2000) .. '"}')
+    local saved = json.MAX_FILE_BYTES
+    json.MAX_FILE_BYTES = 1000
+    local ok, err = pcall(json.read, p)
+    json.MAX_FILE_BYTES = saved
+    assert.is_false(ok)
+    assert.is_truthy(err:find("2009 bytes, more than the 1000", 1, true), err)
+    assert.are.equal(2000, #json.read(p).a)
+    os.remove(p)
+  end)
+end)
