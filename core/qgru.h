@@ -87,6 +87,11 @@ qg_status qg_set_num_threads(qg_ctx *ctx, int n);
 /* Monotonic wall clock in seconds (for progress lines and benchmarks). */
 double qg_wall_time(void);
 
+/* Creates directory path and its missing parents (like mkdir -p; mode 0777 & umask). An existing
+ * directory is fine; an existing non-directory, or a failure, is an error naming the path
+ * component that failed. No shell is involved: path is taken literally. */
+qg_status qg_mkdir_p(qg_ctx *ctx, const char *path);
+
 /* RNG: xoshiro256** state, saved in checkpoints. state is uint64_t[4]. */
 qg_status qg_rng_seed(qg_ctx *ctx, uint64_t seed);
 qg_status qg_rng_get_state(qg_ctx *ctx, uint64_t *state4);

@@ -5,12 +5,12 @@
 local qgru = require("qgru")
 local quant, cli, zoo, optim, json = qgru.quant, qgru.cli, qgru.zoo, qgru.optim, qgru.json
 
-local opt = cli.parse(arg, {
-  name = { "bench", "run name" },
-  repeats = { 30, "timed repeats (after 3 warm-up steps)" },
-  hidden = { 128, "GRU hidden size" },
-  batch = { 128, "batch size" },
-  threads = { 0, "BLAS threads (0 = default)" },
+local opt = cli.main(arg, {
+  name = { "bench", "run name", { nonempty = true } },
+  repeats = { 30, "timed repeats (after 3 warm-up steps)", { int = true, min = 1 } },
+  hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
+  batch = { 128, "batch size", { int = true, min = 1 } },
+  threads = { 0, "BLAS threads (0 = default)", { int = true, min = 0 } },
 }, "recipes/bench.lua: float vs QAT step time on the CPU")
 
 local dir, log = zoo.run(opt.name)

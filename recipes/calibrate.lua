@@ -6,30 +6,32 @@
 local qgru = require("qgru")
 local quant, cli, zoo, train, json = qgru.quant, qgru.cli, qgru.zoo, qgru.train, qgru.json
 
-local opt = cli.parse(arg, {
-  name = { "calibrate", "run name (folder under runs/)" },
+local opt = cli.main(arg, {
+  name = { "calibrate", "run name (folder under runs/)", { nonempty = true } },
   weights = { "runs/train_float/model.safetensors", "float weights (from recipes/train_float.lua)" },
   config = { "config/int8.json", "bitwidth config" },
-  method = { "histogram", "activation calibration: minmax | histogram | mse | percentile" },
-  weight_method = { "minmax", "weight calibration (per channel)" },
-  passes = { 2, "calibration passes (1 = float recurrence, 2+ = quantized recurrence)" },
-  calib_batches = { 8, "calibration batches" },
-  batch_size = { 256, "calibration and evaluation batch size" },
-  hidden = { 128, "GRU hidden size of the float model" },
-}, "recipes/calibrate.lua: post-training quantization of a float GRU")
+  method = { "histogram", "activation calibration: minmax | histogram | mse | percentile", { choices = { "minmax", "histogram", "mse", "percentile" } } },
+  weight_method = { "minmax", "weight calibration (per channel)", { choices = { "minmax", "histogram", "mse", "percentile" } } },
+  passes = { 2, "calibration passes (1 = float recurrence, 2+ = quantized recurrence)", { int = true, min = 1 } },
+  calib_batches = { 8, "calibration batches", { int = true, min = 1 } },
+  batch_size = { 256, "calibration and evaluation batch size", { int = true, min = 1 } },
+  hidden = { 128, "GRU hidden size of the float model", { int = true, min = 1 } },
+}, "recipes/calibrate.lua: post-training quantization of a float GRU", function(o)
+  if not zoo.exists(o.weights) then
+    error("qgru: no float weights at " .. o.weights .. ": run ./qgru recipes/train_float.lua first (or pass --weights)", 0)
+  end
+  quant.config(o.config)
+end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/calibrate.lua\n" .. cli.describe(opt))
-if not zoo.exists(opt.weights) then
-  error("qgru: no float weights at " .. opt.weights .. ": run ./qgru recipes/train_float.lua first (or pass --weights)", 0)
-end
-local trainset, testset = zoo.fmnist()
+local cfg = quant.config(opt.config)
 local model = zoo.fmnistGRU(opt.hidden)
 qgru.load(model, opt.weights)
+local trainset, testset = zoo.fmnist()
 local engine = train.Engine{ model = model, criterion = qgru.nn.CrossEntropy(), log = log }
 local _, float_acc = engine:evaluate(testset, opt.batch_size)
 log(string.format("float test accuracy %.2f%%", 100 * float_acc))
-local cfg = quant.config(opt.config)
 quant.prepare(model, cfg)
 local t0 = qgru.wallTime()
 quant.calibrate(model, trainset, { method = opt.method, weight_method = opt.weight_method, passes = opt.passes,

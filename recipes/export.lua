@@ -7,19 +7,20 @@
 local qgru = require("qgru")
 local quant, cli, zoo, train = qgru.quant, qgru.cli, qgru.zoo, qgru.train
 
-local opt = cli.parse(arg, {
-  name = { "export", "run name (folder under runs/)" },
+local opt = cli.main(arg, {
+  name = { "export", "run name (folder under runs/)", { nonempty = true } },
   weights = { "runs/qat/model.safetensors", "model weights" },
   qparams = { "runs/qat/qparams.json", "quantization parameters (qgru-qparams v1)" },
-  hidden = { 128, "GRU hidden size" },
+  hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   evaluate = { true, "check the integer model's test accuracy" },
-}, "recipes/export.lua: qgru-qparams, AIMET encodings and integer weight codes")
+}, "recipes/export.lua: qgru-qparams, AIMET encodings and integer weight codes", function(o)
+  for _, p in ipairs({ o.weights, o.qparams }) do
+    if not zoo.exists(p) then error("qgru: " .. p .. " does not exist: run recipes/qat.lua first (or pass --weights / --qparams)", 0) end
+  end
+end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/export.lua\n" .. cli.describe(opt))
-for _, p in ipairs({ opt.weights, opt.qparams }) do
-  if not zoo.exists(p) then error("qgru: " .. p .. " does not exist: run recipes/qat.lua first (or pass --weights / --qparams)", 0) end
-end
 local model = zoo.fmnistGRU(opt.hidden)
 qgru.load(model, opt.weights)
 quant.prepare(model, quant.uniform(8))   -- bitwidths and parameters come from the file

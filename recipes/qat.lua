@@ -8,34 +8,37 @@
 local qgru = require("qgru")
 local quant, cli, zoo, train, optim, json = qgru.quant, qgru.cli, qgru.zoo, qgru.train, qgru.optim, qgru.json
 
-local opt = cli.parse(arg, {
-  name = { "qat", "run name (folder under runs/)" },
+local opt = cli.main(arg, {
+  name = { "qat", "run name (folder under runs/)", { nonempty = true } },
   config = { "config/int8.json", "bitwidth config" },
   weights = { "runs/train_float/model.safetensors", "float weights; trained here first when the file is missing" },
-  float_epochs = { 12, "epochs of float training when there are no float weights" },
-  epochs = { 2, "QAT epochs" },
-  lr = { 2e-4, "QAT peak learning rate (cosine decay to lr/100)" },
-  batch_size = { 128, "QAT batch size" },
-  method = { "histogram", "activation calibration method" },
-  weight_method = { "minmax", "weight calibration method (per channel)" },
-  passes = { 2, "calibration passes" },
-  calib_batches = { 8, "calibration batches of 256" },
-  hidden = { 128, "GRU hidden size" },
+  float_epochs = { 12, "epochs of float training when there are no float weights", { int = true, min = 1 } },
+  epochs = { 2, "QAT epochs", { int = true, min = 1 } },
+  lr = { 2e-4, "QAT peak learning rate (cosine decay to lr/100)", { min = 0 } },
+  batch_size = { 128, "QAT batch size", { int = true, min = 1 } },
+  method = { "histogram", "activation calibration method", { choices = { "minmax", "histogram", "mse", "percentile" } } },
+  weight_method = { "minmax", "weight calibration method (per channel)", { choices = { "minmax", "histogram", "mse", "percentile" } } },
+  passes = { 2, "calibration passes", { int = true, min = 1 } },
+  calib_batches = { 8, "calibration batches of 256", { int = true, min = 1 } },
+  hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   seed = { 1, "seed" },
-  train_limit = { 0, "use only the first N training images (0 = all)" },
-}, "recipes/qat.lua: float -> calibrate -> QAT -> export")
+  train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
+}, "recipes/qat.lua: float -> calibrate -> QAT -> export", function(o)
+  quant.config(o.config)   -- a bad config stops the run before anything is loaded
+end)
 
 local dir, log = zoo.run(opt.name)
 local cf = assert(io.open(dir .. "/config.txt", "w")); cf:write(cli.describe(opt), "\n"); cf:close()
 log("qgru " .. qgru.VERSION .. "  recipes/qat.lua\n" .. cli.describe(opt))
+local cfg = quant.config(opt.config)
 qgru.seed(opt.seed)
-local trainset, testset = zoo.fmnist({ train_limit = opt.train_limit > 0 and opt.train_limit or nil })
 local model = zoo.fmnistGRU(opt.hidden)
+if zoo.exists(opt.weights) then qgru.load(model, opt.weights) end   -- checked before the data is loaded
+local trainset, testset = zoo.fmnist({ train_limit = opt.train_limit > 0 and opt.train_limit or nil })
 local crit = qgru.nn.CrossEntropy()
 local t_all = qgru.wallTime()
 
 if zoo.exists(opt.weights) then
-  qgru.load(model, opt.weights)
   log("float weights: " .. opt.weights)
 else
   log("no float weights at " .. opt.weights .. ": training the float model first (" .. opt.float_epochs .. " epochs)")
@@ -49,7 +52,6 @@ local evaluator = train.Engine{ model = model, criterion = crit, log = log }
 local _, float_acc = evaluator:evaluate(testset, 256)
 log(string.format("float test accuracy %.2f%%", 100 * float_acc))
 
-local cfg = quant.config(opt.config)
 quant.prepare(model, cfg)
 quant.calibrate(model, trainset, { method = opt.method, weight_method = opt.weight_method, passes = opt.passes,
                                    batches = opt.calib_batches, batch_size = 256 })

@@ -6,20 +6,24 @@
 local qgru = require("qgru")
 local quant, cli, zoo, train, optim, json = qgru.quant, qgru.cli, qgru.zoo, qgru.train, qgru.optim, qgru.json
 
-local opt = cli.parse(arg, {
-  name = { "sweep", "run name" },
+local opt = cli.main(arg, {
+  name = { "sweep", "run name", { nonempty = true } },
   weights = { "runs/train_float/model.safetensors", "float weights (recipes/train_float.lua)" },
   configs = { "int8,int6,w4a8", "configs under config/, comma separated" },
-  qat_epochs = { 2, "QAT epochs per config" },
-  lr = { 2e-4, "QAT peak learning rate" },
-  calib_batches = { 8, "calibration batches of 256" },
-  timing_steps = { 30, "training steps timed for the step-time ratio" },
+  qat_epochs = { 2, "QAT epochs per config", { int = true, min = 1 } },
+  lr = { 2e-4, "QAT peak learning rate", { min = 0 } },
+  calib_batches = { 8, "calibration batches of 256", { int = true, min = 1 } },
+  timing_steps = { 30, "training steps timed for the step-time ratio", { int = true, min = 1 } },
   seed = { 1, "seed" },
-}, "recipes/sweep.lua: PTQ and QAT across bitwidth configs")
+}, "recipes/sweep.lua: PTQ and QAT across bitwidth configs", function(o)
+  if not zoo.exists(o.weights) then error("qgru: no float weights at " .. o.weights .. ": run recipes/train_float.lua first", 0) end
+  local n = 0
+  for name in o.configs:gmatch("[^,]+") do quant.config("config/" .. name .. ".json"); n = n + 1 end
+  if n == 0 then error("qgru: option --configs names no config", 0) end
+end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/sweep.lua\n" .. cli.describe(opt))
-if not zoo.exists(opt.weights) then error("qgru: no float weights at " .. opt.weights .. ": run recipes/train_float.lua first", 0) end
 local trainset, testset = zoo.fmnist()
 local crit = qgru.nn.CrossEntropy()
 

@@ -4,30 +4,26 @@
 -- checkpoint.safetensors (resume with --resume runs/<name>/checkpoint.safetensors).
 --   ./qgru recipes/train_float.lua [--epochs 12] [--hidden 128] [--lr 2e-3] ...
 local qgru = require("qgru")
-local nn, optim, data, train, cli = qgru.nn, qgru.optim, qgru.data, qgru.train, qgru.cli
+local nn, optim, data, train, cli, zoo = qgru.nn, qgru.optim, qgru.data, qgru.train, qgru.cli, qgru.zoo
 
-local opt = cli.parse(arg, {
-  name = { "train_float", "run name (folder under runs/)" },
-  epochs = { 12, "training epochs" },
-  batch_size = { 128, "batch size" },
-  hidden = { 128, "GRU hidden size" },
-  layers = { 1, "GRU layers" },
-  lr = { 2e-3, "peak learning rate (cosine decay to lr/100)" },
-  clip = { 1.0, "global gradient-norm clip (0 = off)" },
+local opt = cli.main(arg, {
+  name = { "train_float", "run name (folder under runs/)", { nonempty = true } },
+  epochs = { 12, "training epochs", { int = true, min = 1 } },
+  batch_size = { 128, "batch size", { int = true, min = 1 } },
+  hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
+  layers = { 1, "GRU layers", { int = true, min = 1 } },
+  lr = { 2e-3, "peak learning rate (cosine decay to lr/100)", { min = 0 } },
+  clip = { 1.0, "global gradient-norm clip (0 = off)", { min = 0 } },
   seed = { 1, "seed for initialisation and data order" },
-  threads = { 0, "BLAS threads (0 = OpenBLAS default)" },
-  train_limit = { 0, "use only the first N training images (0 = all)" },
+  threads = { 0, "BLAS threads (0 = OpenBLAS default)", { int = true, min = 0 } },
+  train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
   resume = { "", "checkpoint to resume from" },
   data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
-}, "recipes/train_float.lua: float GRU on Fashion-MNIST rows")
+}, "recipes/train_float.lua: float GRU on Fashion-MNIST rows", function(o)
+  if o.resume ~= "" and not zoo.exists(o.resume) then error("qgru: --resume " .. o.resume .. ": no such file", 0) end
+end)
 
-local run_dir = "runs/" .. opt.name
-os.execute("mkdir -p '" .. run_dir .. "'")
-local logf = assert(io.open(run_dir .. "/log.txt", opt.resume ~= "" and "a" or "w"))
-local function log(line)
-  io.write(line, "\n"); io.flush()
-  logf:write(line, "\n"); logf:flush()
-end
+local run_dir, log = zoo.run(opt.name, opt.resume ~= "")
 local cfg = assert(io.open(run_dir .. "/config.txt", "w"))
 cfg:write(cli.describe(opt), "\n")
 cfg:close()
@@ -35,18 +31,21 @@ log("qgru " .. qgru.VERSION .. "  recipes/train_float.lua\n" .. cli.describe(opt
 
 if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
 qgru.seed(opt.seed)
-local trainset = data.fashionMNIST("train", { dir = opt.data_dir, limit = opt.train_limit > 0 and opt.train_limit or nil })
-local testset = data.fashionMNIST("test", { dir = opt.data_dir })
-log(string.format("data: %d training and %d test sequences of 28 x 28", trainset.n, testset.n))
-
 local model = nn.Sequential()
   :add(nn.GRU(28, opt.hidden, { layers = opt.layers }))
   :add(nn.Last())
   :add(nn.Linear(opt.hidden, 10))
-log(tostring(model))
 local criterion = nn.CrossEntropy()
 local optimizer = optim.Adam(model, { lr = opt.lr, clip = opt.clip > 0 and opt.clip or nil })
 local engine = train.Engine{ model = model, criterion = criterion, optimizer = optimizer, log = log }
+-- a checkpoint that cannot be resumed (another model, other options, corrupt) stops the run
+-- here, before the data is loaded
+if opt.resume ~= "" then engine:checkResume{ resume = opt.resume, batch_size = opt.batch_size, seed = opt.seed, options = opt } end
+
+local trainset = data.fashionMNIST("train", { dir = opt.data_dir, limit = opt.train_limit > 0 and opt.train_limit or nil })
+local testset = data.fashionMNIST("test", { dir = opt.data_dir })
+log(string.format("data: %d training and %d test sequences of 28 x 28", trainset.n, testset.n))
+log(tostring(model))
 
 local t0 = qgru.wallTime()
 local state = engine:train{

@@ -1,8 +1,11 @@
 -- cli.lua: recipe options. A recipe declares its options with defaults and help; the command
 -- line (`./qgru recipe.lua --epochs 3 --lr 1e-3`) overrides them with type checks, and
--- `--help` prints them.
---   local opt = cli.parse(arg, {epochs = {10, "training epochs"}, lr = {1e-3, "learning rate"}},
---                         "recipes/train_float.lua: ...")
+-- `--help` prints them. An option may carry rules as a third field: {int = true, min = 0,
+-- max = 32, choices = {"a", "b"}, nonempty = true}.
+--   local opt = cli.parse(arg, {epochs = {10, "training epochs", {int = true, min = 1}},
+--                               lr = {1e-3, "learning rate", {min = 0}}}, "recipes/train_float.lua: ...")
+-- Recipes call cli.main instead: a bad option prints the message and the usage on stderr and
+-- exits with status 2 (no stack traceback), before anything else (data loading) happens.
 local cli = {}
 
 local function usage(spec, title)
@@ -14,6 +17,25 @@ local function usage(spec, title)
     lines[#lines + 1] = string.format("  --%-18s %s (default: %s)", k, spec[k][2] or "", tostring(spec[k][1]))
   end
   return table.concat(lines, "\n")
+end
+
+-- Checks value v of option key against its rules; returns nil or a problem.
+local function check_rules(key, v, rules)
+  if not rules then return nil end
+  if type(v) == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return string.format("option --%s expects a finite number, got %s", key, tostring(v)) end
+    if rules.int and v % 1 ~= 0 then return string.format("option --%s expects an integer, got %s", key, tostring(v)) end
+    if rules.min and v < rules.min then return string.format("option --%s must be >= %s, got %s", key, tostring(rules.min), tostring(v)) end
+    if rules.max and v > rules.max then return string.format("option --%s must be <= %s, got %s", key, tostring(rules.max), tostring(v)) end
+  elseif type(v) == "string" then
+    if rules.nonempty and v == "" then return string.format("option --%s must not be empty", key) end
+    if rules.choices then
+      local ok = false
+      for _, c in ipairs(rules.choices) do if c == v then ok = true end end
+      if not ok then return string.format("option --%s must be one of %s, got '%s'", key, table.concat(rules.choices, ", "), v) end
+    end
+  end
+  return nil
 end
 
 function cli.parse(args, spec, title)
@@ -42,6 +64,9 @@ function cli.parse(args, spec, title)
     if type(default) == "number" then
       local n = tonumber(value)
       if not n then error(string.format("qgru: option --%s expects a number, got '%s'", key, value), 0) end
+      if n ~= n or n == math.huge or n == -math.huge then
+        error(string.format("qgru: option --%s expects a finite number, got '%s'", key, value), 0)
+      end
       opt[key] = n
     elseif type(default) == "boolean" then
       if value ~= "true" and value ~= "false" then error(string.format("qgru: option --%s expects true or false, got '%s'", key, value), 0) end
@@ -50,6 +75,30 @@ function cli.parse(args, spec, title)
       opt[key] = value
     end
     i = i + 1
+  end
+  for k, v in pairs(opt) do
+    local problem = check_rules(k, v, spec[k][3])
+    if problem then error("qgru: " .. problem, 0) end
+  end
+  return opt
+end
+
+-- For recipes: cli.parse, then check(opt) (a function that raises "qgru: ..." errors, e.g. to
+-- load a config file before any data). On an error: the message and the usage on stderr, exit
+-- status 2, no traceback.
+function cli.main(args, spec, title, check)
+  local ok, opt = pcall(cli.parse, args, spec, title)
+  local err = not ok and opt or nil
+  if ok and check then
+    local cok, cerr = pcall(check, opt)
+    if not cok then err = cerr end
+  end
+  if err ~= nil then
+    local msg = tostring(err)
+    local u = usage(spec, title)
+    if not msg:find(u, 1, true) then msg = msg .. "\n" .. u end
+    io.stderr:write(msg, "\n")
+    os.exit(2)
   end
   return opt
 end

@@ -18,16 +18,42 @@ local data = {}
 
 local out_buf = ffi.new("qg_tensor*[1]")
 
+-- Unknown option names are errors (a typo must not be ignored silently).
+local function check_opts(fn, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error("qgru: " .. fn .. ": options must be a table, got " .. type(opts), 3) end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for a in pairs(allowed) do names[#names + 1] = a end
+      table.sort(names)
+      error(string.format("qgru: %s: unknown option '%s' (%s)", fn, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return opts
+end
+
+-- Warnings about loaded data (replaceable, e.g. by a test).
+data.warn = function(msg) io.stderr:write(msg, "\n") end
+
 function data.idx(path)
+  if type(path) ~= "string" then error("qgru: data.idx: expected a file path, got " .. type(path), 2) end
   local ctx = clib.context("cpu")
   check(ctx, lib.qg_idx_load(ctx, out_buf, path))
   return Tensor.adopt(out_buf[0])
 end
 
+-- A .npy file as a tensor; NaN or Inf values are reported (data.warn) with the file's name.
 function data.npy(path)
+  if type(path) ~= "string" then error("qgru: data.npy: expected a file path, got " .. type(path), 2) end
   local ctx = clib.context("cpu")
   check(ctx, lib.qg_npy_load(ctx, out_buf, path))
-  return Tensor.adopt(out_buf[0])
+  local t = Tensor.adopt(out_buf[0])
+  local n, first = t:countNonFinite()
+  if n > 0 then
+    data.warn(string.format("qgru: warning: %s: %d non-finite value%s (first at element %d)", path, n, n == 1 and "" or "s", first))
+  end
+  return t
 end
 
 function data.saveNpy(path, t)
@@ -57,7 +83,7 @@ end
 -- Iterates batches of a (seed, epoch)-determined order, starting at batch index opts.start
 -- (0-based; resume uses it). The yielded tensors are reused from batch to batch.
 function Dataset:batches(bs, opts)
-  opts = opts or {}
+  opts = check_opts("batches", opts, { shuffle = true, seed = true, epoch = true, start = true, drop_last = true })
   if type(bs) ~= "number" or bs < 1 or bs % 1 ~= 0 then error("qgru: batches: batch size must be a positive integer, got " .. tostring(bs), 2) end
   local n, T, C = self.n, self.x:size(2), self.x:size(3)
   local order = Tensor.new({ n }, "i64")
@@ -105,7 +131,11 @@ function data.fashionMNISTDir()
 end
 
 function data.fashionMNIST(split, opts)
-  opts = opts or {}
+  opts = check_opts("data.fashionMNIST", opts, { dir = true, limit = true })
+  if opts.limit ~= nil and (type(opts.limit) ~= "number" or opts.limit % 1 ~= 0 or opts.limit < 1) then
+    error("qgru: data.fashionMNIST: limit must be a positive integer, got " .. tostring(opts.limit), 2)
+  end
+  if opts.dir ~= nil and type(opts.dir) ~= "string" then error("qgru: data.fashionMNIST: dir must be a string, got " .. type(opts.dir), 2) end
   local files = FMNIST_FILES[split]
   if not files then error("qgru: data.fashionMNIST: split must be 'train' or 'test', got " .. tostring(split), 2) end
   local dir = opts.dir or data.fashionMNISTDir()

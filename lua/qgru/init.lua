@@ -50,6 +50,7 @@ function qgru.setNumThreads(n) clib.check(clib.context("cpu"), clib.lib.qg_set_n
 qgru.save = serialize.saveModel             -- qgru.save(model, path)
 qgru.load = serialize.loadModel             -- qgru.load(model, path)
 qgru.importTorchGRU = serialize.importTorchGRU
+qgru.mkdir = serialize.mkdir               -- qgru.mkdir(path): mkdir -p without a shell
 qgru.wallTime = clib.wall_time
 
 return qgru

@@ -41,6 +41,7 @@ end
 
 -- decode(text, source_name) -> value; errors name the source, line and column.
 function json.decode(text, source)
+  if type(text) ~= "string" then error("qgru: " .. (source or "json.decode") .. ": expected JSON text, got " .. type(text), 0) end
   local ctx = clib.context("cpu")
   local out = ffi.new("qg_json*[1]")
   local st = lib.qg_json_parse(ctx, out, text, #text, source or "<string>")
@@ -55,12 +56,32 @@ function json.decode(text, source)
   return v
 end
 
-function json.read(path)
+json.MAX_FILE_BYTES = 256 * 1024 * 1024   -- configs and qparams files are small; refuse a runaway one
+
+-- The whole content of a file; errors say why it cannot be read ("is a directory", ...).
+function json.readFile(path, what)
+  if type(path) ~= "string" then error("qgru: " .. (what or "json.read") .. ": expected a file path, got " .. type(path), 0) end
   local f, err = io.open(path, "rb")
-  if not f then error("qgru: cannot read '" .. path .. "': " .. tostring(err), 0) end
-  local s = f:read("*a")
+  if not f then error("qgru: cannot read '" .. path .. "': " .. tostring(err):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", ""), 0) end
+  local _, _, dcode = f:read(0)
+  if dcode == 21 then f:close(); error("qgru: '" .. path .. "': is a directory, not a file", 0) end
+  local size = f:seek("end")
+  if size and size > json.MAX_FILE_BYTES then
+    f:close()
+    error(string.format("qgru: '%s': %d bytes, more than the %d a JSON file may have here", path, size, json.MAX_FILE_BYTES), 0)
+  end
+  f:seek("set", 0)
+  local s, rerr, code = f:read("*a")
   f:close()
-  return json.decode(s, path)
+  if s == nil then
+    if code == 21 then error("qgru: '" .. path .. "': is a directory, not a file", 0) end
+    error("qgru: cannot read '" .. path .. "': " .. tostring(rerr), 0)
+  end
+  return s
+end
+
+function json.read(path)
+  return json.decode(json.readFile(path), path)
 end
 
 -- An object whose keys are written in the given order.
@@ -83,7 +104,11 @@ local function encode_string(s)
   end) .. '"'
 end
 
-local function encode(v, path, indent, out)
+local MAX_DEPTH = 500
+
+local function encode(v, path, indent, out, depth)
+  depth = (depth or 0) + 1
+  if depth > MAX_DEPTH then error("qgru: refusing to write JSON nested deeper than " .. MAX_DEPTH .. " levels (a cycle?) at " .. path:sub(1, 200), 0) end
   local t = type(v)
   if v == json.null then out[#out + 1] = "null"
   elseif t == "boolean" then out[#out + 1] = tostring(v)
@@ -96,8 +121,13 @@ local function encode(v, path, indent, out)
   elseif t == "string" then out[#out + 1] = encode_string(v)
   elseif t == "table" then
     local mt = getmetatable(v)
-    local is_array = mt == ARRAY or (mt == nil and (#v > 0 or next(v) == nil) and not (mt and mt.kind == "object"))
+    local is_array = mt == ARRAY or (mt == nil and (#v > 0 or next(v) == nil))
     if mt and mt.kind == "object" then is_array = false end
+    if is_array then   -- every key must be one of 1..#v: nothing may be dropped silently
+      local n = 0
+      for _ in pairs(v) do n = n + 1 end
+      if n ~= #v then error("qgru: cannot write a table with mixed or sparse keys as JSON at " .. path, 0) end
+    end
     local inner = indent and (indent .. "  ") or nil
     local nl = indent and ("\n" .. inner) or ""
     if is_array then
@@ -107,7 +137,7 @@ local function encode(v, path, indent, out)
       for i, x in ipairs(v) do
         if i > 1 then out[#out + 1] = "," end
         if not flat then out[#out + 1] = nl elseif i > 1 and indent then out[#out + 1] = " " end
-        encode(x, path .. "[" .. (i - 1) .. "]", inner, out)
+        encode(x, path .. "[" .. (i - 1) .. "]", inner, out, depth)
       end
       if not flat and #v > 0 and indent then out[#out + 1] = "\n" .. indent end
       out[#out + 1] = "]"
@@ -123,7 +153,7 @@ local function encode(v, path, indent, out)
         if i > 1 then out[#out + 1] = "," end
         out[#out + 1] = nl
         out[#out + 1] = encode_string(tostring(k)) .. (indent and ": " or ":")
-        encode(v[k], path .. "." .. tostring(k), inner, out)
+        encode(v[k], path .. "." .. tostring(k), inner, out, depth)
       end
       if #keys > 0 and indent then out[#out + 1] = "\n" .. indent end
       out[#out + 1] = "}"

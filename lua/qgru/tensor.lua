@@ -8,7 +8,51 @@ local ffi, lib, check = clib.ffi, clib.lib, clib.check
 
 local Tensor = class("qgru.Tensor")
 
+local bit = require("bit")
+local band, bor = bit.band, bit.bor
+
 local dims_buf = ffi.new("int64_t[4]")
+
+-- ---- floats crossing into Lua ----
+-- LuaJIT keeps its own values in the NaN space of doubles (NaN tagging): a NaN with an odd
+-- payload, read from an FFI float or double, can come back as a wrong value, nil, or crash the
+-- process. Every float read here goes through these readers, which look at the bits first and
+-- return the canonical NaN built in Lua for any NaN pattern. x ~= x is no test: the bad value
+-- is already in a Lua slot by then.
+local NAN = 0 / 0
+local u32p = ffi.typeof("const uint32_t*")
+
+local function read_f32(p, i)
+  local b = ffi.cast(u32p, p)[i]
+  if band(b, 0x7F800000) == 0x7F800000 and band(b, 0x007FFFFF) ~= 0 then return NAN end
+  return tonumber(p[i])
+end
+
+local function read_f64(p, i)
+  local w = ffi.cast(u32p, p)
+  local hi, lo = w[2 * i + 1], w[2 * i]   -- little-endian
+  if band(hi, 0x7FF00000) == 0x7FF00000 and bor(band(hi, 0x000FFFFF), lo) ~= 0 then return NAN end
+  return tonumber(p[i])
+end
+
+local function read_int(p, i) return tonumber(p[i]) end
+
+-- A reader read(p, i) for the values of a typed pointer of dtype dt (0-based i).
+local function reader(dt)
+  if dt == "f32" then return read_f32 elseif dt == "f64" then return read_f64 end
+  return read_int
+end
+Tensor.readF32, Tensor.readF64, Tensor.reader = read_f32, read_f64, reader
+-- The value of a double* (one element), NaN patterns canonicalised.
+function Tensor.double(p) return read_f64(p, 0) end
+
+-- A number as printed in tensors: nan, inf and -inf spelled out.
+local function format_float(v)
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  return string.format("%.4g", v)
+end
+Tensor.formatFloat = format_float
 local out_buf = ffi.new("qg_tensor*[1]")
 
 local function shape_str(shape)
@@ -174,7 +218,7 @@ local dbl = ffi.new("double[1]")
 function Tensor:sumsq()
   local ctx = self:ctx()
   check(ctx, lib.qg_sum_squares(ctx, dbl, live(self)))
-  return dbl[0]
+  return read_f64(dbl, 0)
 end
 
 -- Index of the largest value of each row of an [N, K] tensor, as an i64 [N] tensor (0-based).
@@ -211,6 +255,7 @@ local function flat_index(self, ...)
   if n ~= #s then error(string.format("qgru.Tensor: %d indices for a %d-dim tensor", n, #s), 3) end
   for i = 1, n do
     local v = select(i, ...)
+    if type(v) ~= "number" or v % 1 ~= 0 then error(string.format("qgru.Tensor: index %d must be an integer, got %s", i, tostring(v)), 3) end
     if v < 1 or v > s[i] then error(string.format("qgru.Tensor: index %d is %d, outside 1..%d", i, v, s[i]), 3) end
     idx = idx * s[i] + (v - 1)
   end
@@ -218,12 +263,13 @@ local function flat_index(self, ...)
 end
 function Tensor:get(...)
   local src = self:device() == "cpu" and self or self:to("cpu")
-  return tonumber(src:ptr()[flat_index(self, ...)])
+  return reader(self:dtype())(src:ptr(), flat_index(self, ...))
 end
 function Tensor:set(...)
   local n = select("#", ...)
   local v = select(n, ...)
   if self:device() ~= "cpu" then error("qgru.Tensor:set: only on cpu tensors", 2) end
+  if type(v) ~= "number" then error("qgru.Tensor:set: the value must be a number, got " .. type(v), 2) end
   local idx = flat_index(self, unpack({ ... }, 1, n - 1))
   self:ptr()[idx] = v
   return self
@@ -232,12 +278,12 @@ end
 -- Nested Lua tables of numbers.
 function Tensor:totable()
   local src = self:device() == "cpu" and self or self:to("cpu")
-  local p, s = src:ptr(), src:shape()
+  local p, s, read = src:ptr(), src:shape(), reader(src:dtype())
   local pos = 0
   local function build(d)
     local t = {}
     for i = 1, s[d] do
-      if d == #s then t[i] = tonumber(p[pos]); pos = pos + 1 else t[i] = build(d + 1) end
+      if d == #s then t[i] = read(p, pos); pos = pos + 1 else t[i] = build(d + 1) end
     end
     return t
   end
@@ -266,6 +312,25 @@ function Tensor.from(tbl, dtype, device)
   return (device and device ~= "cpu") and out:to(device) or out
 end
 
+-- Non-finite values (NaN of any bit pattern, +-inf) of a float tensor: count, and the 1-based
+-- flat index of the first one (nil when there is none). Integer tensors have none.
+function Tensor:countNonFinite()
+  local dt = self:dtype()
+  if dt ~= "f32" and dt ~= "f64" then return 0, nil end
+  local src = self:device() == "cpu" and self or self:to("cpu")
+  local w, n, count, first = ffi.cast(u32p, src:ptr()), self:numel(), 0, nil
+  if dt == "f32" then
+    for i = 0, n - 1 do
+      if band(w[i], 0x7F800000) == 0x7F800000 then count = count + 1; first = first or i + 1 end
+    end
+  else
+    for i = 0, n - 1 do
+      if band(w[2 * i + 1], 0x7FF00000) == 0x7FF00000 then count = count + 1; first = first or i + 1 end
+    end
+  end
+  return count, first
+end
+
 -- A printable summary: shape, dtype, device and up to 8 values per row, 6 rows.
 function Tensor:__tostring()
   if self.t == nil then return "qgru.Tensor (freed)" end
@@ -276,12 +341,13 @@ function Tensor:__tostring()
   local p, cols = src:ptr(), s[#s]
   local rows = self:numel() / cols
   local isfloat = self:dtype() == "f32" or self:dtype() == "f64"
+  local read = reader(self:dtype())
   local lines = { head }
   for r = 0, math.min(rows, 6) - 1 do
     local vals = {}
     for c = 0, math.min(cols, 8) - 1 do
-      local v = tonumber(p[r * cols + c])
-      vals[#vals + 1] = isfloat and string.format("%.4g", v) or tostring(v)
+      local v = read(p, r * cols + c)
+      vals[#vals + 1] = isfloat and format_float(v) or tostring(v)
     end
     if cols > 8 then vals[#vals + 1] = "..." end
     lines[#lines + 1] = "  " .. table.concat(vals, " ")

@@ -115,19 +115,66 @@ local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuff
 -- same moment, in the order the loop names them.
 local builtin = {}
 
--- Restores model, optimizer, quantizer state and position from o.resume (checked before loading).
+-- Options that may change between a run and its resume (the rest must be equal).
+train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true }
+
+-- Resumes from checkpoint o.resume: everything (tensors, metadata, quantizers, the options of
+-- the run) is checked before anything is loaded; on any mismatch nothing changes.
+local function check_resume(self, o, bs, seed)
+  if type(o.resume) ~= "string" then error("qgru: Engine:train: resume must be a checkpoint path, got " .. type(o.resume), 0) end
+  if not self.optimizer then error("qgru: Engine:train: the engine has no optimizer", 0) end
+  local plan = serialize.readCheckpoint(o.resume, self.model, self.optimizer)
+  local saved = plan.state
+  local diffs = {}
+  if saved.batch_size and saved.batch_size ~= bs then
+    diffs[#diffs + 1] = string.format("batch_size: checkpoint %s, now %s (its position in the epoch would be wrong)", tostring(saved.batch_size), tostring(bs))
+  end
+  if saved.seed ~= nil and saved.seed ~= seed then
+    diffs[#diffs + 1] = string.format("seed: checkpoint %s, now %s", tostring(saved.seed), tostring(seed))
+  end
+  if type(saved.options) == "table" and type(o.options) == "table" then
+    local keys = {}
+    for k in pairs(saved.options) do keys[#keys + 1] = tostring(k) end
+    for k in pairs(o.options) do if saved.options[k] == nil then keys[#keys + 1] = tostring(k) end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local a, b = saved.options[k], o.options[k]
+      if not train.RESUME_MAY_DIFFER[k] and a ~= b then
+        diffs[#diffs + 1] = string.format("option %s: checkpoint %s, now %s", k, tostring(a), tostring(b))
+      end
+    end
+  end
+  if #diffs > 0 then
+    error(string.format("qgru: Engine:train: cannot resume from %s, the run differs from the checkpoint's (nothing was loaded):\n  %s",
+                        o.resume, table.concat(diffs, "\n  ")), 0)
+  end
+  return plan
+end
+
+-- Checks that o (the options of a later train{...}: resume, batch_size, seed, options) can
+-- resume from o.resume, changing nothing; raises the problems. Recipes call it before loading data.
+function Engine:checkResume(o)
+  check_resume(self, o, o.batch_size or 128, o.seed or 0)
+  return true
+end
+
+-- Names of the parameters holding NaN or Inf (for the NaN guard's message).
+local function nonfinite_params(model)
+  local bad = {}
+  for _, p in ipairs(model:namedParameters()) do
+    local n = p.param:countNonFinite()
+    if n > 0 then bad[#bad + 1] = string.format("%s (%d)", p.name, n) end
+  end
+  return bad
+end
+
+-- Restores model, optimizer, quantizer state and position from o.resume: everything is checked
+-- first (check_resume); on any mismatch nothing changes.
 function builtin.resume(self, run, state)
   local o = run.o
-  local peek = serialize.open(o.resume)
-  local pst = serialize.decode(peek.metadata["qgru.state"] or "{}", "checkpoint state")
-  peek:close()
-  if pst.quant then require("qgru.quant").checkState(self.model, pst.quant) end
-  local saved = serialize.loadCheckpoint(o.resume, self.model, self.optimizer)
-  if saved.quant then require("qgru.quant").setState(self.model, saved.quant) end
-  if saved.batch_size and saved.batch_size ~= run.bs then
-    error(string.format("qgru: Engine:train: checkpoint %s was made with batch_size %d, not %d: its position in the epoch would be wrong",
-                        o.resume, saved.batch_size, run.bs), 3)
-  end
+  local plan = check_resume(self, o, run.bs, state.seed)
+  local saved = plan.state
+  plan.apply()
   for _, k in ipairs({ "epoch", "batch", "step", "history", "losses", "seed", "options" }) do
     if saved[k] ~= nil then state[k] = saved[k] end
   end
@@ -209,6 +256,8 @@ function Engine:_step(run, state, x, y, b)
   self:_hook("onForwardCriterion", state)
   if loss ~= loss or loss == math.huge or loss == -math.huge then
     local msg = string.format("non-finite loss (%s) at epoch %d, batch %d, step %d", tostring(loss), state.epoch, b, state.step + 1)
+    local badp = nonfinite_params(self.model)
+    if #badp > 0 then msg = msg .. "; parameters with non-finite values: " .. table.concat(badp, ", ") end
     if run.nan_policy ~= "skip" then
       error("qgru: " .. msg .. (run.o.checkpoint and ("; the last checkpoint is " .. run.o.checkpoint) or ""), 0)
     end

@@ -2,6 +2,7 @@
 -- export build exactly the same network.
 local nn = require("qgru.nn")
 local data = require("qgru.data")
+local serialize = require("qgru.serialize")
 
 local zoo = {}
 
@@ -21,10 +22,13 @@ function zoo.fmnist(opts)
 end
 
 -- A run folder runs/<name>/ and a logger that writes to stdout and runs/<name>/log.txt.
+-- The name is taken literally (no shell sees it).
 function zoo.run(name, append)
+  if type(name) ~= "string" or name == "" then error("qgru: zoo.run: the run name must be a non-empty string, got " .. tostring(name), 2) end
   local dir = "runs/" .. name
-  os.execute("mkdir -p '" .. dir .. "'")
-  local f = assert(io.open(dir .. "/log.txt", append and "a" or "w"))
+  serialize.mkdir(dir)
+  local f, err = io.open(dir .. "/log.txt", append and "a" or "w")
+  if not f then error("qgru: cannot write " .. dir .. "/log.txt: " .. tostring(err), 2) end
   local function log(line)
     io.write(line, "\n"); io.flush()
     f:write(line, "\n"); f:flush()

@@ -35,7 +35,7 @@ function CrossEntropy:updateOutput(input, target)
   self:_check(input, target)
   local ctx = clib.context(input:device())
   self:ccall(ctx, lib.qg_cross_entropy(ctx, loss_buf, nil, input.t, target.t, 1.0))
-  self.output = loss_buf[0]
+  self.output = Tensor.double(loss_buf)
   return self.output
 end
 
@@ -66,7 +66,7 @@ function MSE:updateOutput(input, target)
   self:checkInput(target, input:shape(), nil, "target")
   local ctx = clib.context(input:device())
   self:ccall(ctx, lib.qg_mse(ctx, loss_buf, nil, input.t, target.t, 1.0))
-  self.output = loss_buf[0]
+  self.output = Tensor.double(loss_buf)
   return self.output
 end
 

@@ -3,6 +3,7 @@
 -- observe (pass 1 on the float recurrence, later passes on the quantized one). The statistics
 -- live on the model's device; only the (e, z) search reads them on the host.
 local clib = require("qgru.clib")
+local Tensor = require("qgru.tensor")
 local GRUQuant = require("qgru.quant.gru_state")
 
 local ffi, lib = clib.ffi, clib.lib
@@ -102,10 +103,10 @@ function M.run(model, list, data, opts)
             lq.gru:ccall(ctx, lib.qg_calibrate_row(ctx, e32, z32, cost, lq.stats, i - 1, q.bitwidth, q.is_symmetric and 1 or 0,
                                                    q.is_unsigned and 1 or 0, GRUQuant.METHODS[method], pct))
             local row = (i - 1) * 4
-            q:set(e32[0], z32[0], { method = method, range = { sp[row], sp[row + 1] } })
+            q:set(e32[0], z32[0], { method = method, range = { Tensor.readF64(sp, row), Tensor.readF64(sp, row + 1) } })
             q.passes = pass
             if pass == passes then
-              report[#report + 1] = { name = g.prefix .. q.name, method = method, e = e32[0], z = z32[0], lo = sp[row], hi = sp[row + 1], pass = pass }
+              report[#report + 1] = { name = g.prefix .. q.name, method = method, e = e32[0], z = z32[0], lo = Tensor.readF64(sp, row), hi = Tensor.readF64(sp, row + 1), pass = pass }
             end
           end
         end

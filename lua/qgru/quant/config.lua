@@ -41,16 +41,35 @@ local function finish(op, e)
   return e
 end
 
+local function typename(v)
+  if json.isObject(v) then return "an object" end
+  if json.isArray(v) then return "an array" end
+  if v == json.null then return "null" end
+  if type(v) == "string" then return "a string" end
+  if type(v) == "number" then return "the number " .. tostring(v) end
+  return "a " .. type(v)
+end
+
 -- All 17 operators with defaults, every non-weight at act_bits and weights at weight_bits.
 function config.uniform(bits, opts)
   opts = opts or {}
   if type(bits) ~= "number" or bits % 1 ~= 0 or bits < 1 or bits > 32 then
     error("qgru: quant.uniform: bitwidth must be an integer 1..32, got " .. tostring(bits), 3)
   end
+  if type(opts) ~= "table" then error("qgru: quant.uniform: options must be a table, got " .. type(opts), 3) end
   for k in pairs(opts) do
     if k ~= "weight_bits" and k ~= "act_bits" and k ~= "disable_quantization" then
       error("qgru: quant.uniform: unknown option '" .. tostring(k) .. "' (weight_bits, act_bits, disable_quantization)", 3)
     end
+  end
+  for _, k in ipairs({ "weight_bits", "act_bits" }) do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1 or v > 32) then
+      error("qgru: quant.uniform: " .. k .. " must be an integer 1..32, got " .. typename(v), 3)
+    end
+  end
+  if opts.disable_quantization ~= nil and type(opts.disable_quantization) ~= "boolean" then
+    error("qgru: quant.uniform: disable_quantization must be true or false, got " .. typename(opts.disable_quantization), 3)
   end
   local cfg = { source = string.format("quant.uniform(%d)", bits), disable_quantization = opts.disable_quantization == true, ops = {} }
   for _, op in ipairs(config.OPS) do
@@ -62,15 +81,6 @@ end
 
 local function fail(src, path, fmt, ...)
   error("qgru: " .. src .. ": " .. path .. ": " .. string.format(fmt, ...), 0)
-end
-
-local function typename(v)
-  if json.isObject(v) then return "an object" end
-  if json.isArray(v) then return "an array" end
-  if v == json.null then return "null" end
-  if type(v) == "string" then return "a string" end
-  if type(v) == "number" then return "the number " .. tostring(v) end
-  return "a " .. type(v)
 end
 
 local function check_keys(src, path, obj, allowed)
@@ -190,6 +200,53 @@ function config.fromTable(doc, src)
     fail(src, "GRU_config.operator_config[\"gate.z_out\"].exp2_inv", "must be >= 0 (1 - z is 2^e - (q - z)), got %d", cfg.ops["gate.z_out"].exp2_inv)
   end
   return cfg
+end
+
+-- ---- quantizer parameter rules (QUANT_SPEC.md section 1), shared by quant.load (qparams
+-- files) and quant.checkState (checkpoints); the same rules a bitwidth config follows ----
+config.typename = typename
+
+-- The grid of a bitwidth: qmin, qmax.
+local function grid_of(bits, uns)
+  if uns then return 0, 2 ^ bits - 1 end
+  return -2 ^ (bits - 1), 2 ^ (bits - 1) - 1
+end
+
+-- Checks bitwidth (integer 1..32), is_symmetric / is_unsigned (booleans). Returns nil or
+-- (field, problem).
+function config.checkQuantizerKind(bits, sym, uns)
+  if type(bits) ~= "number" or bits % 1 ~= 0 or bits < 1 or bits > 32 then
+    return "bitwidth", "expected an integer 1..32, got " .. typename(bits)
+  end
+  if type(sym) ~= "boolean" then return "is_symmetric", "expected true or false, got " .. typename(sym) end
+  if type(uns) ~= "boolean" then return "is_unsigned", "expected true or false, got " .. typename(uns) end
+  return nil
+end
+
+-- Checks exponents es and zero points zs (lists of n values) of a quantizer of operator op
+-- (fixed: its fixed output kind, "sigmoid" / "tanh", or nil). Returns nil or (field, problem).
+function config.checkQuantizerParams(op, bits, sym, uns, es, zs, n, fixed)
+  local field, problem = config.checkQuantizerKind(bits, sym, uns)
+  if field then return field, problem end
+  if type(es) ~= "table" or #es ~= n then return "exp2_inv", string.format("expected %d value(s), got %s", n, type(es) == "table" and #es or typename(es)) end
+  if type(zs) ~= "table" or #zs ~= n then return "zero_point", string.format("expected %d value(s), got %s", n, type(zs) == "table" and #zs or typename(zs)) end
+  local qmin, qmax = grid_of(bits, uns)
+  for c = 1, n do
+    local e, z = es[c], zs[c]
+    local at = n > 1 and ("[" .. (c - 1) .. "]") or ""
+    if type(e) ~= "number" or e % 1 ~= 0 or e < -31 or e > 31 then
+      return "exp2_inv" .. at, "exponent out of range: expected an integer -31..31, got " .. typename(e)
+    end
+    if type(z) ~= "number" or z % 1 ~= 0 then return "zero_point" .. at, "expected an integer, got " .. typename(z) end
+    if z < qmin or z > qmax then return "zero_point" .. at, string.format("%d is outside the %d-bit grid [%d, %d]", z, bits, qmin, qmax) end
+    -- symmetric means z = 0; the one exception is a fixed tanh output on an unsigned grid,
+    -- whose code 2^(b-1) is 0
+    if sym and z ~= 0 and not (fixed == "tanh" and uns and z == 2 ^ (bits - 1)) then
+      return "zero_point" .. at, string.format("a symmetric quantizer has zero_point 0, got %d", z)
+    end
+    if op == "gate.z_out" and e < 0 then return "exp2_inv", string.format("must be >= 0 (1 - z is 2^e - (q - z)), got %d", e) end
+  end
+  return nil
 end
 
 function config.load(path)

@@ -14,6 +14,7 @@ local json = require("qgru.json")
 local Tensor = require("qgru.tensor")
 local serialize = require("qgru.serialize")
 local config = require("qgru.quant.config")
+local Quantizer = require("qgru.quant.quantizer")
 
 local M = {}
 
@@ -134,51 +135,128 @@ local function fail(path, where, fmt, ...)
   error("qgru: " .. path .. ": " .. where .. ": " .. string.format(fmt, ...) .. " (the model was not changed)", 0)
 end
 
--- Restores a qgru-qparams file. Everything is checked first; then every quantizer is set and frozen.
-function M.load(model, path)
-  local doc = json.read(path)
+-- ---- validation of a qgru-qparams document (everything is checked before anything is set) ----
+local typename = config.typename
+
+local function need(path, where, v, kind)
+  local ok = (kind == "object" and json.isObject(v)) or (kind == "array" and json.isArray(v)) or (kind == "string" and type(v) == "string")
+      or (kind == "boolean" and type(v) == "boolean")
+  if not ok then fail(path, where, "expected %s, got %s", (kind == "array" or kind == "object") and ("an " .. kind) or ("a " .. kind), typename(v)) end
+end
+
+local function need_int(path, where, v, lo)
+  if type(v) ~= "number" or v % 1 ~= 0 or (lo and v < lo) then
+    fail(path, where, "expected %s, got %s", lo and ("an integer >= " .. lo) or "an integer", typename(v))
+  end
+end
+
+-- Checks the document's header: format, version, rounding and the meaning of scale.
+local function check_header(path, doc)
   if not json.isObject(doc) or doc.format ~= "qgru-qparams" then fail(path, "$", "not a qgru-qparams document") end
   if doc.version ~= 1 then fail(path, "$.version", "unsupported version %s (this qgru reads 1)", tostring(doc.version)) end
+  if doc.rounding ~= nil and doc.rounding ~= "half_to_even" then
+    fail(path, "$.rounding", "expected \"half_to_even\" (the one rounding rule of qgru), got %s", typename(doc.rounding))
+  end
+  if doc.scale ~= nil and doc.scale ~= "2^-exp2_inv" then fail(path, "$.scale", "expected \"2^-exp2_inv\", got %s", typename(doc.scale)) end
+end
+
+-- Checks the derived fields of an operator entry against exp2_inv and the grid.
+local function check_derived(path, owhere, e, q, es)
+  if e.scale ~= nil then
+    local ss = q.per_channel and e.scale or { e.scale }
+    if (q.per_channel and not json.isArray(e.scale)) or (not q.per_channel and type(e.scale) ~= "number") or #ss ~= #es then
+      fail(path, owhere .. ".scale", "expected %s, got %s", q.per_channel and (#es .. " numbers") or "a number", typename(e.scale))
+    end
+    for c = 1, #es do
+      if ss[c] ~= 2 ^ -es[c] then
+        fail(path, owhere .. ".scale" .. (q.per_channel and ("[" .. (c - 1) .. "]") or ""), "%s is not 2^-exp2_inv = 2^-%d", tostring(ss[c]), es[c])
+      end
+    end
+  end
+  local qmin, qmax = Quantizer.grid(e.bitwidth, e.is_unsigned)
+  if e.qmin ~= nil and e.qmin ~= qmin then fail(path, owhere .. ".qmin", "expected %d for this grid, got %s", qmin, typename(e.qmin)) end
+  if e.qmax ~= nil and e.qmax ~= qmax then fail(path, owhere .. ".qmax", "expected %d for this grid, got %s", qmax, typename(e.qmax)) end
+  local gran = q.per_channel and "channel" or "tensor"
+  if e.granularity ~= nil and e.granularity ~= gran then fail(path, owhere .. ".granularity", "expected \"%s\", got %s", gran, typename(e.granularity)) end
+  if e.method ~= nil then need(path, owhere .. ".method", e.method, "string") end
+  if e.range ~= nil then
+    if not json.isArray(e.range) or #e.range ~= 2 or type(e.range[1]) ~= "number" or type(e.range[2]) ~= "number" then
+      fail(path, owhere .. ".range", "expected two numbers, got %s", typename(e.range))
+    end
+  end
+  for _, k in ipairs({ "fixed", "pinned", "integer_deployable" }) do
+    if e[k] ~= nil then need(path, owhere .. "." .. k, e[k], "boolean") end
+  end
+end
+
+-- Checks one module entry against its GRU; appends {q=, e=, es=, zs=} to plan.
+local function check_module(path, where, m, gru, plan)
+  need(path, where, m, "object")
+  for _, k in ipairs({ { "input_size", gru.inputSize }, { "hidden_size", gru.hiddenSize }, { "layers", gru.layers }, { "directions", gru.dirs } }) do
+    local v = m[k[1]]
+    if type(v) ~= "number" then fail(path, where .. "." .. k[1], "expected a number, got %s", typename(v)) end
+    if v ~= k[2] then fail(path, where .. "." .. k[1], "the file has %s, the model has %d", tostring(v), k[2]) end
+  end
+  if m.gate_order ~= nil and m.gate_order ~= "z,r,g" then
+    fail(path, where .. ".gate_order", "expected \"z,r,g\" (qgru's gate order), got %s", typename(m.gate_order))
+  end
+  if m.disable_quantization ~= nil then need(path, where .. ".disable_quantization", m.disable_quantization, "boolean") end
+  local lps = m.layers_params
+  if lps == nil then fail(path, where .. ".layers_params", "missing") end
+  need(path, where .. ".layers_params", lps, "array")
+  local count = gru.layers * gru.dirs
+  if #lps ~= count then
+    fail(path, where .. ".layers_params", "expected %d entries (%d layer(s) x %d direction(s)), got %d", count, gru.layers, gru.dirs, #lps)
+  end
+  local seen = {}
+  for li, lp in ipairs(lps) do
+    local lwhere = where .. ".layers_params[" .. (li - 1) .. "]"
+    need(path, lwhere, lp, "object")
+    need_int(path, lwhere .. ".layer", lp.layer, 0)
+    if lp.direction ~= "fwd" and lp.direction ~= "bwd" then fail(path, lwhere .. ".direction", "expected \"fwd\" or \"bwd\", got %s", typename(lp.direction)) end
+    local key = lp.layer * gru.dirs + (lp.direction == "bwd" and 1 or 0)
+    local lq = lp.layer < gru.layers and (lp.direction == "fwd" or gru.dirs == 2) and gru.qstate.layers[key] or nil
+    if not lq then fail(path, lwhere, "layer %d %s does not exist in the model", lp.layer, lp.direction) end
+    if seen[key] then fail(path, lwhere, "layer %d %s is given twice (also at layers_params[%d])", lp.layer, lp.direction, seen[key]) end
+    seen[key] = li - 1
+    need(path, lwhere .. ".operators", lp.operators, "object")
+    local qs = lq:quantizers()
+    for op in pairs(lp.operators) do
+      if not qs[op] then fail(path, lwhere .. ".operators", "unknown operator \"%s\"", op) end
+    end
+    for _, op in ipairs(config.OPS) do
+      local e = lp.operators[op]
+      local owhere = lwhere .. ".operators[\"" .. op .. "\"]"
+      if e == nil then fail(path, owhere, "missing") end
+      need(path, owhere, e, "object")
+      local q = qs[op]
+      local n = q.per_channel and q.channels or 1
+      if q.per_channel then
+        for _, k in ipairs({ "exp2_inv", "zero_point" }) do
+          if not json.isArray(e[k]) then fail(path, owhere .. "." .. k, "expected an array of %d integers, got %s", n, typename(e[k])) end
+        end
+      end
+      local es = q.per_channel and e.exp2_inv or { e.exp2_inv }
+      local zs = q.per_channel and e.zero_point or { e.zero_point }
+      local field, problem = config.checkQuantizerParams(op, e.bitwidth, e.is_symmetric, e.is_unsigned, es, zs, n, q.fixed)
+      if field then fail(path, owhere .. "." .. field, "%s", problem) end
+      check_derived(path, owhere, e, q, es)
+      plan[#plan + 1] = { q = q, e = e, es = es, zs = zs }
+    end
+  end
+end
+
+-- Restores a qgru-qparams file. Everything is checked first; then every quantizer is set and frozen.
+function M.load(model, path)
+  if type(path) ~= "string" then error("qgru: quant.load: expected a file path, got " .. type(path), 2) end
+  local doc = json.read(path)
+  check_header(path, doc)
   local gs = grus_of(model)
   if not json.isArray(doc.modules) or #doc.modules ~= #gs then
     fail(path, "$.modules", "expected %d GRU module(s), the file has %s", #gs, json.isArray(doc.modules) and #doc.modules or "none")
   end
   local plan = {}
-  for mi, g in ipairs(gs) do
-    local m, gru = doc.modules[mi], g.gru
-    local where = "$.modules[" .. (mi - 1) .. "]"
-    for _, k in ipairs({ { "input_size", gru.inputSize }, { "hidden_size", gru.hiddenSize }, { "layers", gru.layers }, { "directions", gru.dirs } }) do
-      if m[k[1]] ~= k[2] then fail(path, where .. "." .. k[1], "the file has %s, the model has %d", tostring(m[k[1]]), k[2]) end
-    end
-    if not json.isArray(m.layers_params) then fail(path, where .. ".layers_params", "missing") end
-    for li, lp in ipairs(m.layers_params) do
-      local lwhere = where .. ".layers_params[" .. (li - 1) .. "]"
-      local key = lp.layer * gru.dirs + (lp.direction == "bwd" and 1 or 0)
-      local lq = gru.qstate.layers[key]
-      if not lq then fail(path, lwhere, "layer %s %s does not exist in the model", tostring(lp.layer), tostring(lp.direction)) end
-      local qs = lq:quantizers()
-      for _, op in ipairs(config.OPS) do
-        local e = json.isObject(lp.operators) and lp.operators[op]
-        local owhere = lwhere .. ".operators[\"" .. op .. "\"]"
-        if not json.isObject(e) then fail(path, owhere, "missing") end
-        local q = qs[op]
-        if type(e.bitwidth) ~= "number" or e.bitwidth % 1 ~= 0 or e.bitwidth < 1 or e.bitwidth > 32 then fail(path, owhere .. ".bitwidth", "expected an integer 1..32") end
-        if type(e.is_unsigned) ~= "boolean" or type(e.is_symmetric) ~= "boolean" then fail(path, owhere, "is_symmetric and is_unsigned must be booleans") end
-        local n = q.per_channel and q.channels or 1
-        local es = q.per_channel and e.exp2_inv or { e.exp2_inv }
-        local zs = q.per_channel and e.zero_point or { e.zero_point }
-        if type(es) ~= "table" or #es ~= n or type(zs) ~= "table" or #zs ~= n then
-          fail(path, owhere, "expected %d exp2_inv and zero_point value(s)", n)
-        end
-        local qmin, qmax = require("qgru.quant.quantizer").grid(e.bitwidth, e.is_unsigned)
-        for c = 1, n do
-          if type(es[c]) ~= "number" or es[c] % 1 ~= 0 or es[c] < -31 or es[c] > 31 then fail(path, owhere .. ".exp2_inv", "exponent out of range -31..31: %s", tostring(es[c])) end
-          if type(zs[c]) ~= "number" or zs[c] % 1 ~= 0 or zs[c] < qmin or zs[c] > qmax then fail(path, owhere .. ".zero_point", "%s is outside [%d, %d]", tostring(zs[c]), qmin, qmax) end
-        end
-        plan[#plan + 1] = { q = q, e = e, es = es, zs = zs }
-      end
-    end
-  end
+  for mi, g in ipairs(gs) do check_module(path, "$.modules[" .. (mi - 1) .. "]", doc.modules[mi], g.gru, plan) end
   for _, p in ipairs(plan) do
     local q, e = p.q, p.e
     q.bitwidth, q.is_symmetric, q.is_unsigned = e.bitwidth, e.is_symmetric, e.is_unsigned

@@ -131,21 +131,58 @@ function quant.state(model)
   return out
 end
 
+-- Checks a quant.state() table (from a checkpoint) completely against the model: structure,
+-- every quantizer field with the rules of quant.config (bitwidth, flags, exponents, zero points
+-- on their grids, per-channel counts). Errors say where; nothing is changed.
 function quant.checkState(model, state)
   local list = grus(model)
-  local function bad(msg) error("qgru: quantizer state does not match the model (nothing was loaded): " .. msg, 3) end
+  local function bad(msg) error("qgru: quantizer state does not match the model (nothing was loaded): " .. msg, 0) end
+  local function tn(v) return config.typename(v) end
+  if type(state) ~= "table" then bad("expected a table of GRU states, got " .. tn(state)) end
   for i, m in pairs(state) do
+    if type(i) ~= "number" then bad("unexpected key " .. tostring(i)) end
     local g = list[i]
-    if not g or not g.gru.qstate then bad("GRU " .. i .. " has no quantizers (call quant.prepare first)") end
+    if not g or not g.gru.qstate then bad("GRU " .. tostring(i) .. " has no quantizers (call quant.prepare first)") end
+    if type(m) ~= "table" or type(m.layers) ~= "table" then bad("GRU " .. i .. ": expected {layers = ...}, got " .. tn(m)) end
+    for _, k in ipairs({ "enabled", "track_weights" }) do
+      if m[k] ~= nil and type(m[k]) ~= "boolean" then bad("GRU " .. i .. "." .. k .. ": expected true or false, got " .. tn(m[k])) end
+    end
+    if m.weight_method ~= nil and not GRUQuant.METHODS[m.weight_method] then
+      bad("GRU " .. i .. ".weight_method: expected minmax, histogram, mse or percentile, got " .. tn(m.weight_method))
+    end
+    local nlayers = 0
+    for _ in g.gru.qstate:each() do nlayers = nlayers + 1 end
+    local seen = 0
     for key, ops in pairs(m.layers) do
-      local lq = g.gru.qstate.layers[key - 1]
-      if not lq then bad("GRU " .. i .. " has no layer/direction " .. (key - 1)) end
-      for op, e in pairs(ops) do
-        local q = lq:quantizers()[op]
-        if not q then bad("unknown operator " .. tostring(op)) end
-        if q.per_channel and e.calibrated and #e.e ~= q.channels then bad(q.name .. " has " .. q.channels .. " channels, the state " .. #e.e) end
+      local lq = type(key) == "number" and g.gru.qstate.layers[key - 1]
+      if not lq then bad("GRU " .. i .. " has no layer/direction " .. tostring(key)) end
+      seen = seen + 1
+      if type(ops) ~= "table" then bad(lq.name .. ": expected a table of operators, got " .. tn(ops)) end
+      local qs = lq:quantizers()
+      for op in pairs(ops) do if not qs[op] then bad("unknown operator " .. tostring(op)) end end
+      for _, op in ipairs(config.OPS) do
+        local e, q = ops[op], qs[op]
+        if type(e) ~= "table" then bad(q.name .. ": missing") end
+        for _, k in ipairs({ "calibrated", "frozen", "pinned" }) do
+          if type(e[k]) ~= "boolean" then bad(q.name .. "." .. k .. ": expected true or false, got " .. tn(e[k])) end
+        end
+        if e.method ~= nil and type(e.method) ~= "string" then bad(q.name .. ".method: expected a string, got " .. tn(e.method)) end
+        if e.range ~= nil and (type(e.range) ~= "table" or type(e.range[1]) ~= "number" or type(e.range[2]) ~= "number") then
+          bad(q.name .. ".range: expected two numbers, got " .. tn(e.range))
+        end
+        local field, problem
+        if e.calibrated then
+          local n = q.per_channel and q.channels or 1
+          local es = q.per_channel and e.e or { e.e }
+          local zs = q.per_channel and e.z or { e.z }
+          field, problem = config.checkQuantizerParams(op, e.bitwidth, e.is_symmetric, e.is_unsigned, es, zs, n, q.fixed)
+        else
+          field, problem = config.checkQuantizerKind(e.bitwidth, e.is_symmetric, e.is_unsigned)
+        end
+        if field then bad(q.name .. "." .. field .. ": " .. problem) end
       end
     end
+    if seen ~= nlayers then bad("GRU " .. i .. " has " .. nlayers .. " layer/direction(s), the state " .. seen) end
   end
 end
 
