@@ -16,7 +16,7 @@ static qg_status missing_cuda(qg_ctx *ctx, const char *op) {
   if (!qg_dev_available())
     return qg_fail(ctx, QG_ERR_NO_CUDA, op, "libqgru was built without CUDA (no CUDA compiler at configure time); "
                    "use cpu tensors or rebuild with nvcc on the PATH");
-  return qg_fail(ctx, QG_ERR_UNSUPPORTED, op, "not implemented on CUDA in this build yet; use cpu tensors");
+  return qg_fail(ctx, QG_ERR_UNSUPPORTED, op, "CUDA kernels for this operation are not in this build yet; use cpu tensors");
 }
 
 #define QG_OP(name, params, args) \
