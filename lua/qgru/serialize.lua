@@ -429,8 +429,11 @@ function M.importTorchGRU(gru, path, opts)
   if #problems > 0 then
     error(string.format("qgru: '%s' does not match %s (nothing was loaded):\n  %s", path, tostring(gru), table.concat(problems, "\n  ")), 2)
   end
-  for _, p in ipairs(plan) do
-    local src = f:read(p.name)
+  local reads = {}
+  for _, p in ipairs(plan) do reads[#reads + 1] = { name = p.name, t = f:read(p.name) } end
+  report_nonfinite(path, reads)
+  for i, p in ipairs(plan) do
+    local src = reads[i].t
     local cols = src:numel() / (3 * H)
     local sp, dp = src:ptr(), Tensor.new(src:shape(), "f32")
     local d = dp:ptr()
