@@ -3,6 +3,8 @@
 --
 -- Loading is all-or-nothing: every name, dtype and shape is checked against the model before
 -- the first byte is copied, so a file for another model leaves the model exactly as it was.
+-- Checkpoints are data: tensors and JSON metadata, checked completely (readCheckpoint) before
+-- anything is applied; metadata that is Lua source (qgru 0.1) is refused, never run.
 local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
 local json = require("qgru.json")
