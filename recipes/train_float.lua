@@ -40,7 +40,9 @@ local optimizer = optim.Adam(model, { lr = opt.lr, clip = opt.clip > 0 and opt.c
 local engine = train.Engine{ model = model, criterion = criterion, optimizer = optimizer, log = log }
 -- a checkpoint that cannot be resumed (another model, other options, corrupt) stops the run
 -- here, before the data is loaded
-if opt.resume ~= "" then engine:checkResume{ resume = opt.resume, batch_size = opt.batch_size, seed = opt.seed, options = opt } end
+if opt.resume ~= "" then
+  cli.guard(engine.checkResume, engine, { resume = opt.resume, batch_size = opt.batch_size, seed = opt.seed, options = opt })
+end
 
 local trainset = data.fashionMNIST("train", { dir = opt.data_dir, limit = opt.train_limit > 0 and opt.train_limit or nil })
 local testset = data.fashionMNIST("test", { dir = opt.data_dir })

@@ -103,6 +103,18 @@ function cli.main(args, spec, title, check)
   return opt
 end
 
+-- For recipes: runs fn(...) and returns its results; an error (a bad checkpoint to resume from,
+-- options that differ from the checkpoint's) prints its message on stderr and exits with
+-- status 2, without a traceback.
+function cli.guard(fn, ...)
+  local res = { pcall(fn, ...) }
+  if not res[1] then
+    io.stderr:write(tostring(res[2]), "\n")
+    os.exit(2)
+  end
+  return unpack(res, 2, table.maxn(res))
+end
+
 -- Prints the options, sorted, one per line.
 function cli.describe(opt)
   local names = {}

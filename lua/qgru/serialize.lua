@@ -3,6 +3,8 @@
 --
 -- Loading is all-or-nothing: every name, dtype and shape is checked against the model before
 -- the first byte is copied, so a file for another model leaves the model exactly as it was.
+-- Checkpoints are data: tensors and JSON metadata, checked completely (readCheckpoint) before
+-- anything is applied; metadata that is Lua source (qgru 0.1) is refused, never run.
 local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
 local json = require("qgru.json")
@@ -429,8 +431,11 @@ function M.importTorchGRU(gru, path, opts)
   if #problems > 0 then
     error(string.format("qgru: '%s' does not match %s (nothing was loaded):\n  %s", path, tostring(gru), table.concat(problems, "\n  ")), 2)
   end
-  for _, p in ipairs(plan) do
-    local src = f:read(p.name)
+  local reads = {}
+  for _, p in ipairs(plan) do reads[#reads + 1] = { name = p.name, t = f:read(p.name) } end
+  report_nonfinite(path, reads)
+  for i, p in ipairs(plan) do
+    local src = reads[i].t
     local cols = src:numel() / (3 * H)
     local sp, dp = src:ptr(), Tensor.new(src:shape(), "f32")
     local d = dp:ptr()

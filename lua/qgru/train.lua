@@ -139,7 +139,8 @@ local function check_resume(self, o, bs, seed)
     table.sort(keys)
     for _, k in ipairs(keys) do
       local a, b = saved.options[k], o.options[k]
-      if not train.RESUME_MAY_DIFFER[k] and a ~= b then
+      local reported = (k == "batch_size" and saved.batch_size ~= bs) or (k == "seed" and saved.seed ~= seed)
+      if not train.RESUME_MAY_DIFFER[k] and a ~= b and not reported then
         diffs[#diffs + 1] = string.format("option %s: checkpoint %s, now %s", k, tostring(a), tostring(b))
       end
     end

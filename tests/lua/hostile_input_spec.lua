@@ -236,6 +236,23 @@ describe("recipes", function()
     end
   end)
 
+  it("resuming with other options stops before the data is loaded, naming them", function()
+    qgru.seed(1)
+    local m = qgru.zoo.fmnistGRU(8)
+    local ck = dir .. "/resume.safetensors"
+    local opts = { name = "r", epochs = 2, batch_size = 32, hidden = 8, layers = 1, lr = 0.002, clip = 1, seed = 1, threads = 0,
+                   train_limit = 256, resume = "", data_dir = "/no/such/data" }
+    serialize.saveCheckpoint(ck, m, qgru.optim.Adam(m), { epoch = 2, batch = 0, step = 8, batch_size = 32, seed = 1, options = opts })
+    local out, rc = run_recipe(dir, "train_float.lua", "--hidden 8 --train_limit 256 --batch_size 64 --lr 0.01 --name r --resume " .. ck ..
+                                                       " --data_dir /no/such/data")
+    assert.are.equal(2, rc, out)
+    assert.is_truthy(out:find("the run differs from the checkpoint's (nothing was loaded):\n  batch_size: checkpoint 32, now 64", 1, true), out)
+    assert.is_truthy(out:find("option lr: checkpoint 0.002, now 0.01", 1, true), out)
+    assert.is_nil(out:find("option batch_size", 1, true), out)
+    assert.is_nil(out:find("traceback", 1, true), out)
+    assert.is_nil(out:find("/no/such/data/", 1, true), out)   -- the data was not touched
+  end)
+
   it("--name with shell syntax creates nothing else: the name is a literal folder name", function()
     local marker = dir .. "/INJECTED"
     local name = "x'; touch " .. marker .. "; echo '$(touch " .. marker .. "2)"
