@@ -9,10 +9,9 @@
  * [N/threads, H] x [H, 3H] size are too small for BLAS's own threading, which spends more time
  * waking and yielding threads than computing.
  *
- * Forward:  W x for all steps (rows split over the threads), then per step and thread one GEMM
- *           R h on its rows and one pointwise loop (sigmoid and tanh as branch-free polynomials,
- *           so the loop vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden
- *           file allows).
+ * Forward:  per thread, W x of its rows for all steps, then per step one GEMM R h on its rows
+ *           and one pointwise loop (sigmoid and tanh as branch-free polynomials, so the loop
+ *           vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden file allows).
  * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then
  *           dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as column sums in
  *           a fixed order (deterministic).
@@ -184,19 +183,19 @@ QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, co
   }
 }
 
-/* Thread k of nt: its rows of W x, then (after all threads have theirs) its rows' recurrence. */
+/* Thread k of nt: W x of its rows (one GEMM per time index: its rows of x[t] are contiguous), then
+ * its rows' recurrence; it shares nothing with the other threads, so there is no barrier. */
 QG_CLONES static void fwd_thread(const fwd_args *a, int k) {
   const int nt = a->nt;
-  const int64_t TN = a->T * a->N, H3 = 3 * a->H, r0 = part(TN, k, nt), r1 = part(TN, k + 1, nt);
-  if (r1 > r0 && H3 > 0) {
-    if (a->C > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)H3, (int)a->C, 1.0f, a->x + r0 * a->C,
-                  (int)a->C, a->W, (int)a->C, 0.0f, a->Wx + r0 * H3, (int)H3);
+  const int64_t N = a->N, C = a->C, H3 = 3 * a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt), nb = n1 - n0;
+  for (int64_t t = 0; t < a->T && nb > 0 && H3 > 0; t++) {
+    float *wx = a->Wx + (t * N + n0) * H3;
+    if (C > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)C, 1.0f, a->x + (t * N + n0) * C, (int)C,
+                  a->W, (int)C, 0.0f, wx, (int)H3);
     else
-      memset(a->Wx + r0 * H3, 0, (size_t)((r1 - r0) * H3) * sizeof(float));
+      memset(wx, 0, (size_t)(nb * H3) * sizeof(float));
   }
-  QG_PRAGMA(omp barrier)
-  const int64_t n0 = part(a->N, k, nt), n1 = part(a->N, k + 1, nt);
   float *Rh = a->scratch + k * a->scratch_stride;
   if (a->range) {
     if (a->gates) fwd_rows(a, n0, n1, Rh, 1, 1); else fwd_rows(a, n0, n1, Rh, 1, 0);
