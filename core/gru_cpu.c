@@ -63,6 +63,8 @@ void openblas_set_num_threads(int num_threads);
 /* e^x, x clamped to [-87.3, 88.3] (so 2^n stays a normal float): n = round(x / ln 2) by the
  * 1.5 * 2^23 trick, r = x - n ln 2 in two parts, e^r by a degree-7 polynomial. About 2 ulp. */
 QG_INLINE float gru_expf(float x) {
+  const float in = x;
+  x = x == x ? x : 0.0f;   /* NaN: computed on 0 (no float-to-int conversion of NaN), returned as NaN */
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.3f ? 88.3f : x;
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -78,7 +80,7 @@ QG_INLINE float gru_expf(float x) {
   const int32_t bits = ((int32_t)n + 127) * 8388608;   /* (n + 127) << 23, n + 127 in 1..254 */
   float scale;
   memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  return in == in ? p * scale : in;
 }
 
 QG_INLINE float gru_sigmoidf(float x) { return 1.0f / (1.0f + gru_expf(-x)); }
