@@ -63,6 +63,37 @@ typedef struct {
   double zpre, rpre, zout, rout, rhb, rrh, gpre, gout, old, nw, h;
 } qg_cell_reals;
 
+/* ---- 64-bit twins of quant_math.h's 128-bit alignment and requantization -------------------
+ * Exactly the same results wherever no intermediate leaves +-2^62: the layer checks that bound
+ * once per forward (qg_cell_fits64) and then runs the cheaper variant (`wide` = 0). */
+QG_HD int64_t qg_rshift_rne64(int64_t v, int k) {
+  if (k >= 63) return 0;    /* |v| < 2^62: the quotient rounds to 0 */
+  int64_t fl = v >> k;      /* floor (arithmetic shift) */
+  const int64_t p = (int64_t)1 << k;
+  const int64_t rem = v - fl * p, half = p >> 1;
+  if (rem > half || (rem == half && (fl & 1))) fl += 1;
+  return fl;
+}
+
+QG_HD int64_t qg_requant64(int64_t v, int s, qg_qp q, int *m) {
+  const int k = s - q.e;
+  int64_t r;
+  if (k > 0) {
+    r = qg_rshift_rne64(v, k);
+  } else {
+    const int l = -k;
+    const int64_t limit = (int64_t)1 << 62;   /* beyond any grid of <= 32 bits: clamps either way */
+    if (v == 0) r = 0;
+    else if (l >= 62 || (v > 0 ? v : -v) >= (limit >> l)) r = v > 0 ? limit : -limit;
+    else r = v * ((int64_t)1 << l);
+  }
+  r += q.z;
+  if (r < q.qmin) { *m = 0; return q.qmin; }
+  if (r > q.qmax) { *m = 0; return q.qmax; }
+  *m = 1;
+  return r;
+}
+
 /* Output code (and in-range mask) of activation k (0 z, 1 r, 2 g) for pre-activation code qpre. */
 QG_HD int64_t qg_cell_act(const qg_cell_q *q, int k, int64_t qpre, int *m) {
   const qg_qp P = q->a[QG_Q_Z_PRE + k];
@@ -76,19 +107,71 @@ QG_HD int64_t qg_cell_act(const qg_cell_q *q, int k, int64_t qpre, int *m) {
 }
 
 /* Sum of n centered codes c[i] at exponents e[i], aligned exactly to the finest scale, requantized
- * to Q. *real gets the real value of the sum when observing. */
-QG_HD int64_t qg_cell_aligned_sum(int n, const int64_t *c, const int *e, qg_qp Q, int *m, int observe, double *real) {
+ * to Q, on 128 bits (wide) or 64 bits. *real gets the real value of the sum when observing. */
+QG_HD int64_t qg_cell_aligned_sum(int n, const int64_t *c, const int *e, qg_qp Q, int *m, const int wide, int observe,
+                                  double *real) {
   int emax = e[0];
   for (int i = 1; i < n; i++) if (e[i] > emax) emax = e[i];
-  qg_i128 sum = 0;
-  for (int i = 0; i < n; i++) sum += qg_align(c[i], e[i], emax);
+  if (wide) {
+    qg_i128 sum = 0;
+    for (int i = 0; i < n; i++) sum += qg_align(c[i], e[i], emax);
+    if (observe) *real = ldexp((double)sum, -emax);
+    return qg_requant(sum, emax, Q, m);
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < n; i++) sum += c[i] * ((int64_t)1 << (emax - e[i]));
   if (observe) *real = ldexp((double)sum, -emax);
-  return qg_requant(sum, emax, Q, m);
+  return qg_requant64(sum, emax, Q, m);
 }
 
-/* Steps 3-8 of QUANT_SPEC.md section 3 for one unit. observe (a literal 0 or 1 at every call
- * site) fills *re with the real value of each operator before its quantizer. */
-QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out *out, const int observe, qg_cell_reals *re) {
+/* a * b (centered codes) requantized from scale 2^-s to Q, on 128 or 64 bits. */
+QG_HD int64_t qg_cell_product(int64_t a, int64_t b, int s, qg_qp Q, int *m, const int wide, int observe, double *real) {
+  if (wide) {
+    const qg_i128 prod = (qg_i128)a * b;
+    if (observe) *real = ldexp((double)prod, -s);
+    return qg_requant(prod, s, Q, m);
+  }
+  const int64_t prod = a * b;
+  if (observe) *real = ldexp((double)prod, -s);
+  return qg_requant64(prod, s, Q, m);
+}
+
+/* Whether the 64-bit variant is exact for these quantizers: every activation code of at most
+ * 16 bits (products of two centered codes and of 1 - z stay below 2^49), and every aligned sum
+ * below 2^61: for each sum, max over its terms of (bits + shift to the finest exponent) + 2 <=
+ * 61. ebx_max / ebx_min (ebr_*) bound the per-channel bias exponents, bx_bits / br_bits their
+ * bitwidths. */
+static inline int qg_cell_fits64(const qg_qspec *a, int bx_bits, int ebx_min, int ebx_max, int br_bits, int ebr_min,
+                                 int ebr_max) {
+  for (int i = 0; i < QG_Q_NUM_ACT; i++) if (a[i].bitwidth > 16) return 0;
+  if (bx_bits > 16 || br_bits > 16) return 0;
+  /* one sum: terms (bits, lowest exponent, highest exponent); the finest scale is the highest e */
+  const struct { int n; int bits[4], elo[4], ehi[4]; } sums[5] = {
+    {4, {a[QG_Q_MATMUL_WX].bitwidth, a[QG_Q_MATMUL_RH].bitwidth, bx_bits, br_bits},
+        {a[QG_Q_MATMUL_WX].exp2_inv, a[QG_Q_MATMUL_RH].exp2_inv, ebx_min, ebr_min},
+        {a[QG_Q_MATMUL_WX].exp2_inv, a[QG_Q_MATMUL_RH].exp2_inv, ebx_max, ebr_max}},            /* z_pre, r_pre */
+    {2, {a[QG_Q_MATMUL_RH].bitwidth, br_bits, 0, 0}, {a[QG_Q_MATMUL_RH].exp2_inv, ebr_min, 0, 0},
+        {a[QG_Q_MATMUL_RH].exp2_inv, ebr_max, 0, 0}},                                          /* Rh_g + br_g */
+    {3, {a[QG_Q_MATMUL_WX].bitwidth, bx_bits, a[QG_Q_RRH].bitwidth, 0},
+        {a[QG_Q_MATMUL_WX].exp2_inv, ebx_min, a[QG_Q_RRH].exp2_inv, 0},
+        {a[QG_Q_MATMUL_WX].exp2_inv, ebx_max, a[QG_Q_RRH].exp2_inv, 0}},                        /* g_pre */
+    {2, {a[QG_Q_OLD].bitwidth, a[QG_Q_NEW].bitwidth, 0, 0}, {a[QG_Q_OLD].exp2_inv, a[QG_Q_NEW].exp2_inv, 0, 0},
+        {a[QG_Q_OLD].exp2_inv, a[QG_Q_NEW].exp2_inv, 0, 0}},                                    /* h */
+    {0, {0}, {0}, {0}}};
+  for (int k = 0; sums[k].n; k++) {
+    int emax = sums[k].ehi[0];
+    for (int i = 1; i < sums[k].n; i++) if (sums[k].ehi[i] > emax) emax = sums[k].ehi[i];
+    for (int i = 0; i < sums[k].n; i++)
+      if (sums[k].bits[i] + (emax - sums[k].elo[i]) + 2 > 61) return 0;
+  }
+  return 1;
+}
+
+/* Steps 3-8 of QUANT_SPEC.md section 3 for one unit. wide (128-bit sums, else 64-bit where
+ * qg_cell_fits64 holds) and observe (fill *re with the real value of each operator before its
+ * quantizer) are literals at every call site, so each variant compiles to its own loop. */
+QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out *out, const int wide, const int observe,
+                           qg_cell_reals *re) {
   const qg_qp QWX = q->a[QG_Q_MATMUL_WX], QRH = q->a[QG_Q_MATMUL_RH], QH = q->a[QG_Q_OUTPUT_H];
   const qg_qp QZ = q->a[QG_Q_Z_OUT], QR = q->a[QG_Q_R_OUT], QG = q->a[QG_Q_G_OUT];
   const qg_qp QRRH = q->a[QG_Q_RRH], QOLD = q->a[QG_Q_OLD], QNEW = q->a[QG_Q_NEW];
@@ -97,11 +180,11 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
   /* z and r: four aligned terms each */
   const int64_t cz[4] = {in->wx[0] - QWX.z, in->rh[0] - QRH.z, in->bx[0], in->br[0]};
   const int ez[4] = {QWX.e, QRH.e, in->ebx[0], in->ebr[0]};
-  const int64_t qzpre = qg_cell_aligned_sum(4, cz, ez, q->a[QG_Q_Z_PRE], &m, observe, &re->zpre);
+  const int64_t qzpre = qg_cell_aligned_sum(4, cz, ez, q->a[QG_Q_Z_PRE], &m, wide, observe, &re->zpre);
   mask |= (uint32_t)m << QG_MB_ZPRE;
   const int64_t cr[4] = {in->wx[1] - QWX.z, in->rh[1] - QRH.z, in->bx[1], in->br[1]};
   const int er[4] = {QWX.e, QRH.e, in->ebx[1], in->ebr[1]};
-  const int64_t qrpre = qg_cell_aligned_sum(4, cr, er, q->a[QG_Q_R_PRE], &m, observe, &re->rpre);
+  const int64_t qrpre = qg_cell_aligned_sum(4, cr, er, q->a[QG_Q_R_PRE], &m, wide, observe, &re->rpre);
   mask |= (uint32_t)m << QG_MB_RPRE;
   const int64_t qz = qg_cell_act(q, 0, qzpre, &m);
   mask |= (uint32_t)m << QG_MB_ZOUT;
@@ -114,34 +197,28 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
   /* Rh_g + br_g with matmul.Rh's quantizer (the seed's fused Rh + br) */
   const int64_t cb[2] = {in->rh[2] - QRH.z, in->br[2]};
   const int eb[2] = {QRH.e, in->ebr[2]};
-  const int64_t qrhb = qg_cell_aligned_sum(2, cb, eb, QRH, &m, observe, &re->rhb);
+  const int64_t qrhb = qg_cell_aligned_sum(2, cb, eb, QRH, &m, wide, observe, &re->rhb);
   mask |= (uint32_t)m << QG_MB_RHB;
   /* r * Rhb */
-  qg_i128 prod = (qg_i128)(qr - QR.z) * (qrhb - QRH.z);
-  if (observe) re->rrh = ldexp((double)prod, -(QR.e + QRH.e));
-  const int64_t qrrh = qg_requant(prod, QR.e + QRH.e, QRRH, &m);
+  const int64_t qrrh = qg_cell_product(qr - QR.z, qrhb - QRH.z, QR.e + QRH.e, QRRH, &m, wide, observe, &re->rrh);
   mask |= (uint32_t)m << QG_MB_RRH;
   /* g */
   const int64_t cg[3] = {in->wx[2] - QWX.z, in->bx[2], qrrh - QRRH.z};
   const int eg[3] = {QWX.e, in->ebx[2], QRRH.e};
-  const int64_t qgpre = qg_cell_aligned_sum(3, cg, eg, q->a[QG_Q_G_PRE], &m, observe, &re->gpre);
+  const int64_t qgpre = qg_cell_aligned_sum(3, cg, eg, q->a[QG_Q_G_PRE], &m, wide, observe, &re->gpre);
   mask |= (uint32_t)m << QG_MB_GPRE;
   const int64_t qg = qg_cell_act(q, 2, qgpre, &m);
   mask |= (uint32_t)m << QG_MB_GOUT;
   if (observe) re->gout = tanh(qg_deq(qgpre, q->a[QG_Q_G_PRE]));
   /* old = z h, new = (1 - z) g, h = old + new */
-  prod = (qg_i128)(qz - QZ.z) * (in->hprev - QH.z);
-  if (observe) re->old = ldexp((double)prod, -(QZ.e + QH.e));
-  const int64_t qold = qg_requant(prod, QZ.e + QH.e, QOLD, &m);
+  const int64_t qold = qg_cell_product(qz - QZ.z, in->hprev - QH.z, QZ.e + QH.e, QOLD, &m, wide, observe, &re->old);
   mask |= (uint32_t)m << QG_MB_OLD;
   const int64_t one_z = (int64_t)1 << QZ.e;   /* 1 in z_out's scale (e >= 0 is checked when set) */
-  prod = (qg_i128)(one_z - (qz - QZ.z)) * (qg - QG.z);
-  if (observe) re->nw = ldexp((double)prod, -(QZ.e + QG.e));
-  const int64_t qnew = qg_requant(prod, QZ.e + QG.e, QNEW, &m);
+  const int64_t qnew = qg_cell_product(one_z - (qz - QZ.z), qg - QG.z, QZ.e + QG.e, QNEW, &m, wide, observe, &re->nw);
   mask |= (uint32_t)m << QG_MB_NEW;
   const int64_t ch[2] = {qold - QOLD.z, qnew - QNEW.z};
   const int eh[2] = {QOLD.e, QNEW.e};
-  out->h = qg_cell_aligned_sum(2, ch, eh, QH, &m, observe, &re->h);
+  out->h = qg_cell_aligned_sum(2, ch, eh, QH, &m, wide, observe, &re->h);
   mask |= (uint32_t)m << QG_MB_H;
   out->zpre = qzpre; out->rpre = qrpre; out->gpre = qgpre; out->rhb = qrhb;
   out->mask = mask;

@@ -128,7 +128,7 @@ static inline void requant_row(int64_t H3, const double *acc, gemm_mode gm, cons
     const int s = wexp[j] + e_in;
     const double a = acc[j];
     int m;
-    codes[j] = gm.exact ? qg_requant((qg_i128)(int64_t)a, s, q, &m) : qg_requant_real(a, s, q, &m);
+    codes[j] = gm.exact ? qg_requant64((int64_t)a, s, q, &m) : qg_requant_real(a, s, q, &m);   /* |a| < 2^53 */
     masks[j] = (uint8_t)m;
     if (observe) qg_stats_observe(range, counts, ldexp(a, -s));
   }
@@ -163,7 +163,8 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int6
                                  int reverse, gemm_mode grh,
                                  const int64_t *qWx, const uint8_t *mWx, int32_t *hqp, float *yp, int64_t Hy, int y_offset,
                                  uint8_t *cellp, int cell_bytes, float *Hf, const float *Rf, float *accRhf, double *Hc,
-                                 const double *Rc, double *accRh, int64_t *qRh, uint8_t *mRh, const int observe, stat_rows st) {
+                                 const double *Rc, double *accRh, int64_t *qRh, uint8_t *mRh, const int wide, const int observe,
+                                 stat_rows st) {
   const int64_t H = g->H, H3 = 3 * H;
   const qg_cell_q *cq = &g->cell;
   const qg_qp QH = cq->a[QG_Q_OUTPUT_H], QRH = cq->a[QG_Q_MATMUL_RH];
@@ -191,7 +192,7 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int6
       for (int64_t i = 0; i < H; i++) {
         qg_cell_in in;
         qg_cell_out out;
-        qg_cell_reals re;
+        qg_cell_reals re = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         in.mask = 0;
         for (int k = 0; k < 3; k++) {
           in.wx[k] = wx[k * H + i];
@@ -200,7 +201,7 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int6
         }
         bias_terms(g, bxc, brc, i, &in);
         in.hprev = hprev[n * H + i];
-        qg_cell_forward(cq, &in, &out, observe, &re);
+        qg_cell_forward(cq, &in, &out, wide, observe, &re);
         if (observe) {
           observe_op(st, QG_Q_Z_PRE, re.zpre); observe_op(st, QG_Q_R_PRE, re.rpre);
           observe_op(st, QG_Q_Z_OUT, re.zout); observe_op(st, QG_Q_R_OUT, re.rout);
@@ -305,23 +306,37 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
   /* 5. the steps */
   uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
   const int cb = qg_cell_bytes(cq->narrow);
+  /* the 64-bit cell where its bounds hold (identical results, cheaper), else the 128-bit one */
+  int ebx[2] = {31, -31}, ebr[2] = {31, -31};
+  for (int64_t j = 0; j < H3; j++) {
+    const int a = g->w_exp_host[QG_W_BX][j], b = g->w_exp_host[QG_W_BR][j];
+    if (a < ebx[0]) ebx[0] = a;
+    if (a > ebx[1]) ebx[1] = a;
+    if (b < ebr[0]) ebr[0] = b;
+    if (b > ebr[1]) ebr[1] = b;
+  }
+  const int wide = !qg_cell_fits64(g->act, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+#define QG_FORWARD_STEPS(n0, n1, WIDE, OBS)                                                                                   \
+  forward_steps(g, T, N, n0, n1, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, \
+                mRh, WIDE, OBS, st)
   const int nt = observing ? 1 : row_threads(N);
   if (observing) {
-    forward_steps(g, T, N, 0, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh,
-                  mRh, 1, st);
+    if (wide) QG_FORWARD_STEPS(0, N, 1, 1);
+    else QG_FORWARD_STEPS(0, N, 0, 1);
   } else if (nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
     QG_PRAGMA(omp parallel num_threads(nt)) {
       const int k = QG_THREAD_NUM();
-      forward_steps(g, T, N, part(N, k, nt), part(N, k + 1, nt), L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf,
-                    Rf, accRhf, Hc, Rc, accRh, qRh, mRh, 0, st);
+      if (wide) QG_FORWARD_STEPS(part(N, k, nt), part(N, k + 1, nt), 1, 0);
+      else QG_FORWARD_STEPS(part(N, k, nt), part(N, k + 1, nt), 0, 0);
     }
     openblas_set_num_threads(blas);
   } else {
-    forward_steps(g, T, N, 0, N, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh,
-                  mRh, 0, st);
+    if (wide) QG_FORWARD_STEPS(0, N, 1, 0);
+    else QG_FORWARD_STEPS(0, N, 0, 0);
   }
+#undef QG_FORWARD_STEPS
   if (hn) {
     float *o = (float *)hn->data;
     const int32_t *last = hqp + T * N * H;
