@@ -28,6 +28,8 @@ local function random_config(seed)
     if op == "gate.z_out" or op == "gate.r_out" then e.is_unsigned = math.random() < 0.7 end
     oc[op] = e
   end
+  -- seed 7: one 20-bit operator, so the C layer runs its 128-bit cell (wider than 16 bits)
+  if seed == 7 then oc["op.rRh"].bitwidth = 20; oc["op.rRh"].is_symmetric = false end
   return quant.fromTable(qgru.json.decode(qgru.json.encode({ GRU_config = { operator_config = oc } })), "random" .. seed)
 end
 
@@ -75,6 +77,7 @@ describe("integer GRU step: C == independent Lua reference, bit for bit", functi
     { seed = 4, T = 12, N = 1, C = 4, H = 5, L = 3, bidir = false, h0 = false, method = "mse" },
     { seed = 5, T = 5, N = 2, C = 3, H = 3, L = 2, bidir = false, h0 = true },
     { seed = 6, T = 10, N = 2, C = 5, H = 2, L = 1, bidir = true, h0 = false, method = "percentile" },
+    { seed = 7, T = 9, N = 3, C = 3, H = 4, L = 2, bidir = true, h0 = true },
   }
   for _, c in ipairs(cases) do
     it(string.format("seed %d: T=%d N=%d C=%d H=%d layers=%d%s%s", c.seed, c.T, c.N, c.C, c.H, c.L,
