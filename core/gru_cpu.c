@@ -349,6 +349,7 @@ QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
   if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
   if (a->T * N <= 0 || H <= 0) return;
   const int ntask = nt > 1 ? 4 * nt : 1;
+  QG_PRAGMA(omp barrier)   /* every row's dp and dq are complete */
   QG_PRAGMA(omp for schedule(dynamic, 1))
   for (int i = 0; i < ntask; i++) bwd_weights(a, i, ntask);
 }
