@@ -322,16 +322,12 @@ QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, fl
   if (a->dh0) memcpy(a->dh0 + n0 * H, dh, (size_t)(nb * H) * sizeof(float));
 }
 
-/* Thread k of nt: its rows' recurrence, then (after all threads) its share of the weight GEMMs. */
-QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
-  const int nt = a->nt;
-  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, TN = T * N;
-  const int64_t n0 = part(N, k, nt), n1 = part(N, k + 1, nt);
-  float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
-  if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
-  QG_PRAGMA(omp barrier)
-  if (TN <= 0 || H <= 0) return;
-  const int64_t r0 = part(TN, k, nt), r1 = part(TN, k + 1, nt), j0 = part(H3, k, nt), j1 = part(H3, k + 1, nt);
+/* Weight-gradient task i of ntask: its share of the rows of dx, of the rows of dW and dR (each a
+ * GEMM), and of the columns of dbx and dbr (sums over rows in row order). The shares depend only
+ * on i and ntask, so the results do not depend on which thread runs which task. */
+static void bwd_weights(const bwd_args *a, int i, int ntask) {
+  const int64_t C = a->C, H = a->H, H3 = 3 * H, TN = a->T * a->N;
+  const int64_t r0 = part(TN, i, ntask), r1 = part(TN, i + 1, ntask), j0 = part(H3, i, ntask), j1 = part(H3, i + 1, ntask);
   if (a->dx && C > 0 && r1 > r0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)C, (int)H3, 1.0f, a->dp + r0 * H3, (int)H3,
                 a->W, (int)C, 1.0f, a->dx + r0 * C, (int)C);
@@ -344,6 +340,20 @@ QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
     for (int64_t r = 0; r < TN; r++)
       for (int64_t j = j0; j < j1; j++) { a->dbx[j] += a->dp[r * H3 + j]; a->dbr[j] += a->dq[r * H3 + j]; }
   }
+}
+
+/* Thread k of nt: its rows' recurrence, then (after all threads) weight-gradient tasks, handed out
+ * dynamically so that a thread the system delays does not hold the others up. */
+QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
+  const int nt = a->nt;
+  const int64_t N = a->N, H = a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt);
+  float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
+  if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
+  if (a->T * N <= 0 || H <= 0) return;
+  const int ntask = nt > 1 ? 4 * nt : 1;
+  QG_PRAGMA(omp barrier)   /* every row's dp and dq are complete */
+  QG_PRAGMA(omp for schedule(dynamic, 1))
+  for (int i = 0; i < ntask; i++) bwd_weights(a, i, ntask);
 }
 
 qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,

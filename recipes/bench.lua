@@ -1,7 +1,9 @@
 -- recipes/bench.lua: CPU step times of the float GRU and of QAT (integer forward + STE backward)
 -- on the default recipe's shape (T = 28, C = 28, H = 128, batch 128), median of repeats, in one
 -- run so the ratios compare like with like. Writes runs/<name>/bench.json and bench.md.
---   ./qgru recipes/bench.lua [--repeats 30] [--hidden 128] [--batch 128]
+--   ./qgru recipes/bench.lua [--repeats 30] [--hidden 128] [--batch 128] [--threads 2] [--float_only]
+-- The float rows compare with PyTorch's nn.GRU in /work/shared/tools/bench_torch_cpu.py (same
+-- shape, same step: forward, cross-entropy, zero grads, backward, Adam; inference: forward only).
 local qgru = require("qgru")
 local quant, cli, zoo, optim, json = qgru.quant, qgru.cli, qgru.zoo, qgru.optim, qgru.json
 
@@ -11,6 +13,7 @@ local opt = cli.main(arg, {
   hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   batch = { 128, "batch size", { int = true, min = 1 } },
   threads = { 0, "BLAS threads (0 = default)", { int = true, min = 0 } },
+  float_only = { false, "measure the float model only" },
 }, "recipes/bench.lua: float vs QAT step time on the CPU")
 
 local dir, log = zoo.run(opt.name)
@@ -59,7 +62,8 @@ end
 local rows = {}
 local ft, fi = measure(nil)
 rows[1] = { name = "float", train = ft, infer = fi }
-for _, c in ipairs({ { "int8", quant.uniform(8) }, { "W4A8", quant.uniform(8, { weight_bits = 4 }) }, { "int16", quant.uniform(16) } }) do
+for _, c in ipairs(opt.float_only and {} or
+                   { { "int8", quant.uniform(8) }, { "W4A8", quant.uniform(8, { weight_bits = 4 }) }, { "int16", quant.uniform(16) } }) do
   local t, i = measure(c[2])
   rows[#rows + 1] = { name = c[1], train = t, infer = i }
 end

@@ -178,6 +178,34 @@ describe("float GRU with per-row lengths", function()
     end)
   end
 
+  it("gives the same results on 1, 2 and 3 threads (rows are split over threads)", function()
+    local T3, N3, C3, H3 = 6, 7, 3, 5
+    qgru.seed(401)
+    local p = params(C3, H3, 0.8)
+    local x = Tensor.new({ T3, N3, C3 }, "f32"):uniform(-1, 1)
+    local G = Tensor.new({ T3, N3, H3 }, "f32"):uniform(-1, 1)
+    local lengths = Tensor.from({ 6, 1, 3, 2, 5, 4, 6 }, "i64")
+    local results = {}
+    for _, threads in ipairs({ 1, 2, 3 }) do
+      qgru.setNumThreads(threads)
+      for _, reverse in ipairs({ 0, 1 }) do
+        local y, hs, gates = forward(p, x, nil, lengths, reverse, true)
+        local g = { Tensor.new({ T3, N3, C3 }, "f32"), Tensor.new({ 3 * H3, C3 }, "f32"), Tensor.new({ 3 * H3, H3 }, "f32"),
+                    Tensor.new({ 3 * H3 }, "f32"), Tensor.new({ 3 * H3 }, "f32"), Tensor.new({ N3, H3 }, "f32") }
+        check(lib.qg_gru_backward(ctx(), g[1].t, g[2].t, g[3].t, g[4].t, g[5].t, g[6].t, G.t, 0, nil, x.t, p.W.t, p.R.t,
+                                  hs.t, gates.t, lengths.t, reverse))
+        local all = U.flatten(y:totable())
+        for _, t in ipairs(g) do U.flatten(t:totable(), all) end
+        results[#results + 1] = all
+      end
+    end
+    qgru.setNumThreads(2)
+    for k = 3, #results do
+      local err = U.rel_err(results[k], results[(k - 1) % 2 + 1])
+      assert(err <= 1e-6, string.format("run %d differs from one thread: %.3g", k, err))
+    end
+  end)
+
   it("a length of 0 or > T, or lengths of the wrong dtype or shape, is a clear error", function()
     local p = params(C, H, 0.5)
     local x = Tensor.new({ T, N, C }, "f32"):uniform(-1, 1)
