@@ -80,8 +80,8 @@ put("regressions", "npy", "issue9-shape-overflow.npy", npy("{'descr': '<f8', 'fo
 put("regressions", "idx", "issue9-claims-3.6GB.idx", idx(0x08, [60000, 60000], bytes(6)))
 put("regressions", "idx", "issue9-gzip-no-trailer.idx.gz", gz(idx(0x08, [2, 3], bytes(6)))[:-8])
 put("regressions", "idx", "issue9-gzip-claims-2GB.idx.gz", gz(idx(0x08, [0x7fffffff], bytes(2))))
-put("regressions", "safetensors", "issue9-duplicate-names.safetensors", st(None, bytes(8), raw=
-    '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'))
+put("regressions", "safetensors", "issue9-duplicate-names.safetensors", st(None, bytes(16), raw=
+    '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}'))
 put("regressions", "safetensors", "issue9-trailing-bytes.safetensors", st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(12)))
 put("regressions", "safetensors", "issue9-shape-2p32x2p32x16.safetensors", st(
     {"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 0]}}, b""))
