@@ -47,6 +47,9 @@ put("corpus", "idx", "i16_3.idx.gz", gz(idx(0x0B, [3], struct.pack(">hhh", 258, 
 put("corpus", "idx", "f32_2.idx", idx(0x0D, [2], struct.pack(">ff", 1.5, -0.25)))
 put("corpus", "idx", "f64_2x2.idx", idx(0x0E, [2, 2], struct.pack(">dddd", 1, 2, 3, 4)))
 put("corpus", "idx", "u8_2x2x2.idx.gz", gz(idx(0x08, [2, 2, 2], bytes(range(8)))))
+# first byte 0xC0..0xFF: the target gzips the rest itself (0xD0 | k also cuts k bytes off the end)
+put("corpus", "idx", "harness-gzip-u8_2x3", b"\xc0" + idx(0x08, [2, 3], bytes([0, 1, 2, 250, 255, 7])))
+put("corpus", "idx", "harness-gzip-f32_2-cut4", b"\xd4" + idx(0x0D, [2], struct.pack(">ff", 1.5, -0.25)))
 put("corpus", "idx", "i32_1x1x1x2.idx", idx(0x0C, [1, 1, 1, 2], struct.pack(">ii", -1, 65536)))
 
 put("corpus", "npy", "f4_2x3.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", struct.pack("<6f", *range(6))))
