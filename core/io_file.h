@@ -20,7 +20,7 @@
 static inline qg_status qg_io_open(qg_ctx *ctx, const char *fn, const char *path, int *fd, int64_t *size) {
   *fd = -1;
   *size = 0;
-  int d = open(path, O_RDONLY | O_CLOEXEC);
+  int d = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* O_NONBLOCK: a FIFO must not block the open */
   if (d < 0) return qg_fail(ctx, QG_ERR_IO, fn, "cannot open '%s': %s", path, strerror(errno));
   struct stat sb;
   if (fstat(d, &sb) != 0) {
@@ -30,6 +30,8 @@ static inline qg_status qg_io_open(qg_ctx *ctx, const char *fn, const char *path
   }
   if (S_ISDIR(sb.st_mode)) { close(d); return qg_fail(ctx, QG_ERR_IO, fn, "'%s' is a directory, not a file", path); }
   if (!S_ISREG(sb.st_mode)) { close(d); return qg_fail(ctx, QG_ERR_IO, fn, "'%s' is not a regular file", path); }
+  int fl = fcntl(d, F_GETFL);
+  if (fl != -1) (void)fcntl(d, F_SETFL, fl & ~O_NONBLOCK);
   *fd = d;
   *size = (int64_t)sb.st_size;
   return QG_OK;

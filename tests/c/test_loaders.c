@@ -79,6 +79,12 @@ static void test_directories(qg_ctx *ctx) {
   CHECK(qg_st_open(ctx, &f, dir) == QG_ERR_IO && f == NULL);
   CHECK_ERR(ctx, dir, "is a directory");
   CHECK(strstr(qg_last_error(ctx), "9223372036854775807") == NULL);
+  /* A FIFO is refused at once (opening it must not wait for a writer). */
+  CHECK(mkfifo(tmp("fifo"), 0600) == 0);
+  CHECK(qg_st_open(ctx, &f, tmp("fifo")) == QG_ERR_IO && f == NULL);
+  CHECK_ERR(ctx, "fifo", "is not a regular file");
+  CHECK(qg_idx_load(ctx, &t, tmp("fifo")) == QG_ERR_IO && t == NULL);
+  CHECK_ERR(ctx, "fifo", "is not a regular file");
   CHECK(qg_npy_load(ctx, &t, tmp("missing.npy")) == QG_ERR_IO && t == NULL);
   CHECK_ERR(ctx, "missing.npy", "No such file");
 }
@@ -189,9 +195,9 @@ static void test_safetensors(qg_ctx *ctx) {
   write_st(tmp("ok.st"), json, 8);
   CHECK(qg_st_open(ctx, &f, tmp("ok.st")) == QG_OK && f && qg_st_count(f) == 1);
   qg_st_close(f); f = NULL;
-  /* Duplicate names. */
-  snprintf(json, sizeof json, "{%s,%s}", a, a);
-  write_st(tmp("dup.st"), json, 8);
+  /* Duplicate names (distinct, valid offsets: only the name is wrong). */
+  snprintf(json, sizeof json, "{%s,%s}", a, "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}");
+  write_st(tmp("dup.st"), json, 16);
   CHECK(qg_st_open(ctx, &f, tmp("dup.st")) == QG_ERR_FORMAT && f == NULL);
   CHECK_ERR(ctx, "dup.st", "duplicate tensor name 'a'");
   write_st(tmp("dupmeta.st"), "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0);

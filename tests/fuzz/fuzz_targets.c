@@ -3,7 +3,10 @@
  * must hold for every input: no crash or sanitizer report, failures name the file, and a tensor
  * that loads is no larger than its file allows (so a header cannot make the loader allocate more
  * than the file holds). File loaders read the bytes through a memfd (/proc/self/fd/N), so the
- * real path-based API is exercised without touching the disk.
+ * real path-based API is exercised without touching the disk. The IDX target has a second mode
+ * (first byte 0xC0..0xFF) that gzip-compresses the rest of the input itself, so mutations reach
+ * the gzip path with valid CRCs, optionally cutting 1..15 bytes off the end of the stream (such a
+ * file must never load).
  */
 #define _GNU_SOURCE
 #include "fuzz_targets.h"
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <zlib.h>
 
 const char *const qg_fuzz_target_names[] = {"idx", "npy", "safetensors", "json", NULL};
 
@@ -55,9 +59,36 @@ static void touch_tensor(qg_ctx *ctx, const qg_tensor *t) {
   must(count >= 0 && count <= t->numel && (count == 0) == (first == -1) && first < t->numel, "qg_count_nonfinite is consistent", ctx);
 }
 
+/* gzip of data[0..size) into a new buffer (*out, *n); 0 on failure. */
+static int gzip_bytes(const uint8_t *data, size_t size, uint8_t **out, size_t *n) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return 0;
+  size_t cap = deflateBound(&z, (uLong)size) + 32;
+  *out = (uint8_t *)malloc(cap);
+  if (!*out) { deflateEnd(&z); return 0; }
+  z.next_in = (Bytef *)data; z.avail_in = (uInt)size;
+  z.next_out = *out; z.avail_out = (uInt)cap;
+  int ok = deflate(&z, Z_FINISH) == Z_STREAM_END;
+  *n = cap - z.avail_out;
+  deflateEnd(&z);
+  if (!ok) { free(*out); *out = NULL; }
+  return ok;
+}
+
 static void fuzz_tensor_file(const uint8_t *data, size_t size, int npy) {
   qg_ctx *ctx = fuzz_ctx();
   char path[64];
+  uint8_t *gz = NULL;
+  size_t cut = 0, orig = size;
+  if (!npy && size >= 1 && data[0] >= 0xC0) {
+    size_t n = 0;
+    if (!gzip_bytes(data + 1, size - 1, &gz, &n)) abort();
+    cut = (data[0] & 0x10) ? (size_t)(data[0] & 0x0F) : 0;
+    if (cut > n) cut = n;
+    data = gz;
+    size = n - cut;
+  }
   int fd = as_file(data, size, path, sizeof path);
   qg_tensor *t = NULL;
   qg_status st = npy ? qg_npy_load(ctx, &t, path) : qg_idx_load(ctx, &t, path);
@@ -65,8 +96,10 @@ static void fuzz_tensor_file(const uint8_t *data, size_t size, int npy) {
     must(t != NULL && t->ndim >= 1 && t->ndim <= QG_MAX_DIMS, "a loaded tensor has 1..4 dims", ctx);
     int64_t bytes = t->numel * qg_dtype_size(t->dtype);
     /* A gzip IDX can be larger than its file (deflate compresses at most about 1032:1). */
-    int gz = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
-    must(bytes <= (int64_t)size * (gz ? 1100 : 1), "a loaded tensor is no larger than its file allows", ctx);
+    int is_gz = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+    must(bytes <= (int64_t)size * (is_gz ? 1100 : 1), "a loaded tensor is no larger than its file allows", ctx);
+    must(bytes <= (int64_t)orig, "a loaded tensor is no larger than the fuzz input", ctx);
+    must(cut == 0, "a gzip stream missing trailer bytes never loads", ctx);
     touch_tensor(ctx, t);
     qg_tensor_free(t);
   } else {
@@ -74,6 +107,7 @@ static void fuzz_tensor_file(const uint8_t *data, size_t size, int npy) {
     check_failure(ctx, st, path);
   }
   close(fd);
+  free(gz);
 }
 
 static void fuzz_safetensors(const uint8_t *data, size_t size) {

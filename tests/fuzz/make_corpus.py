@@ -47,6 +47,9 @@ put("corpus", "idx", "i16_3.idx.gz", gz(idx(0x0B, [3], struct.pack(">hhh", 258, 
 put("corpus", "idx", "f32_2.idx", idx(0x0D, [2], struct.pack(">ff", 1.5, -0.25)))
 put("corpus", "idx", "f64_2x2.idx", idx(0x0E, [2, 2], struct.pack(">dddd", 1, 2, 3, 4)))
 put("corpus", "idx", "u8_2x2x2.idx.gz", gz(idx(0x08, [2, 2, 2], bytes(range(8)))))
+# first byte 0xC0..0xFF: the target gzips the rest itself (0xD0 | k also cuts k bytes off the end)
+put("corpus", "idx", "harness-gzip-u8_2x3", b"\xc0" + idx(0x08, [2, 3], bytes([0, 1, 2, 250, 255, 7])))
+put("corpus", "idx", "harness-gzip-f32_2-cut4", b"\xd4" + idx(0x0D, [2], struct.pack(">ff", 1.5, -0.25)))
 put("corpus", "idx", "i32_1x1x1x2.idx", idx(0x0C, [1, 1, 1, 2], struct.pack(">ii", -1, 65536)))
 
 put("corpus", "npy", "f4_2x3.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", struct.pack("<6f", *range(6))))
@@ -80,8 +83,8 @@ put("regressions", "npy", "issue9-shape-overflow.npy", npy("{'descr': '<f8', 'fo
 put("regressions", "idx", "issue9-claims-3.6GB.idx", idx(0x08, [60000, 60000], bytes(6)))
 put("regressions", "idx", "issue9-gzip-no-trailer.idx.gz", gz(idx(0x08, [2, 3], bytes(6)))[:-8])
 put("regressions", "idx", "issue9-gzip-claims-2GB.idx.gz", gz(idx(0x08, [0x7fffffff], bytes(2))))
-put("regressions", "safetensors", "issue9-duplicate-names.safetensors", st(None, bytes(8), raw=
-    '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'))
+put("regressions", "safetensors", "issue9-duplicate-names.safetensors", st(None, bytes(16), raw=
+    '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}'))
 put("regressions", "safetensors", "issue9-trailing-bytes.safetensors", st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(12)))
 put("regressions", "safetensors", "issue9-shape-2p32x2p32x16.safetensors", st(
     {"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 0]}}, b""))
