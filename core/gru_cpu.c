@@ -303,17 +303,14 @@ QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, co
 }
 
 /* Thread k of nt: W x of its rows (one GEMM per time index: its rows of x[t] are contiguous), then
- * its rows' recurrence; it shares nothing with the other threads, so there is no barrier. */
+ * its rows' recurrence; it shares nothing with the other threads, so there is no barrier. Without
+ * an observer (qg_cpu_gru_forward runs the observed variants on one thread). */
 QG_CLONES static void fwd_thread(const fwd_args *a, int k) {
   const int nt = a->nt;
   const int64_t N = a->N, C = a->C, H3 = 3 * a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt), nb = n1 - n0;
   for (int64_t t = 0; t < a->T; t++) gemm_b(nb, a->x + (t * N + n0) * C, C, &a->Bw, a->Wx + (t * N + n0) * H3, H3, 0);
   float *Rh = a->scratch + k * a->scratch_stride;
-  if (a->range) {
-    if (a->gates) fwd_rows(a, n0, n1, Rh, 1, 1); else fwd_rows(a, n0, n1, Rh, 1, 0);
-  } else {
-    if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
-  }
+  if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
 }
 
 /* Observer values before the recurrence: x and x W^T at each row's valid time indices, h0. */
