@@ -133,10 +133,13 @@ typedef struct {
 } gmat;
 
 static int64_t packed_floats(int64_t Nc, int64_t K) { return (Nc + 15) / 16 * 16 * K; }
+static void pack_panels(const gmat *b, int64_t p0, int64_t p1);
+static void pack_b(const gmat *b) { pack_panels(b, 0, (b->Nc + 15) / 16); }
 
-static void pack_b(gmat *b) {
-  const int64_t P = (b->Nc + 15) / 16, Nc = b->Nc, K = b->K;
-  for (int64_t p = 0; p < P; p++)
+/* Packs panels [p0, p1) of b. */
+static void pack_panels(const gmat *b, int64_t p0, int64_t p1) {
+  const int64_t Nc = b->Nc, K = b->K;
+  for (int64_t p = p0; p < p1; p++)
     for (int64_t k = 0; k < K; k++)
       for (int64_t c = 0; c < 16; c++) {
         const int64_t n = p * 16 + c;
@@ -148,9 +151,10 @@ static void pack_b(gmat *b) {
 #include <immintrin.h>
 #define QG_HAVE_AVX512_KERNEL 1
 
-/* C [M, Nc] (ldc) = (beta ? C : 0) + A [M, K] (lda) B, B packed. */
-__attribute__((target("avx512f"))) static void gemm_packed(int64_t M, const float *A, int64_t lda, const gmat *b, float *Cm,
-                                                            int64_t ldc, int beta) {
+/* C [M, Nc] (ldc) = (beta ? C : 0) + sum over k in [k0, k1) of A(m, k) B[k], B packed; A(m, k)
+ * is A[m * sm + k * sk] (sm = lda, sk = 1 for a row-major A; sm = 1, sk = ld for a transposed one). */
+__attribute__((target("avx512f"))) static void gemm_packed(int64_t M, const float *A, int64_t sm, int64_t sk, const gmat *b,
+                                                            int64_t k0, int64_t k1, float *Cm, int64_t ldc, int beta) {
   enum { MR = 4 };
   const int64_t K = b->K, Nc = b->Nc, P = (Nc + 15) / 16;
   for (int64_t p0 = 0; p0 < P; p0 += 4) {
@@ -167,12 +171,12 @@ __attribute__((target("avx512f"))) static void gemm_packed(int64_t M, const floa
         __m512 c[MR][4];
         for (int r = 0; r < MR; r++)
           for (int q = 0; q < 4; q++) c[r][q] = _mm512_setzero_ps();
-        const float *a0 = A + m * lda;
-        for (int64_t k = 0; k < K; k++) {
+        const float *a0 = A + m * sm;
+        for (int64_t k = k0; k < k1; k++) {
           const __m512 b0 = _mm512_loadu_ps(B0 + k * 16), b1 = _mm512_loadu_ps(B0 + (K + k) * 16),
                        b2 = _mm512_loadu_ps(B0 + (2 * K + k) * 16), b3 = _mm512_loadu_ps(B0 + (3 * K + k) * 16);
           for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(a0[r * lda + k]);
+            const __m512 av = _mm512_set1_ps(a0[r * sm + k * sk]);
             c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
             c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
             c[r][2] = _mm512_fmadd_ps(av, b2, c[r][2]);
@@ -190,9 +194,9 @@ __attribute__((target("avx512f"))) static void gemm_packed(int64_t M, const floa
     }
     for (; m < M; m++) {   /* remaining rows, or fewer than 64 remaining columns */
       __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      const float *a0 = A + m * lda;
-      for (int64_t k = 0; k < K; k++) {
-        const __m512 av = _mm512_set1_ps(a0[k]);
+      const float *a0 = A + m * sm;
+      for (int64_t k = k0; k < k1; k++) {
+        const __m512 av = _mm512_set1_ps(a0[k * sk]);
         for (int64_t q = 0; q < np; q++) c[q] = _mm512_fmadd_ps(av, _mm512_loadu_ps(B0 + (q * K + k) * 16), c[q]);
       }
       for (int64_t q = 0; q < np; q++) {
@@ -228,7 +232,7 @@ static void gemm_b(int64_t M, const float *A, int64_t lda, const gmat *b, float 
     return;
   }
 #ifdef QG_HAVE_AVX512_KERNEL
-  if (b->packed) { gemm_packed(M, A, lda, b, Cm, ldc, beta); return; }
+  if (b->packed) { gemm_packed(M, A, lda, 1, b, 0, b->K, Cm, ldc, beta); return; }
 #endif
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b->trans ? CblasTrans : CblasNoTrans, (int)M, (int)b->Nc, (int)b->K, 1.0f, A,
               (int)lda, b->mat, b->trans ? (int)b->K : (int)b->Nc, beta ? 1.0f : 0.0f, Cm, (int)ldc);
@@ -385,6 +389,7 @@ typedef struct {
   float *scratch;            /* per thread: dh and dh_next [rows, H] each */
   int64_t scratch_stride;
   gmat Br;                   /* R [3H, H] as the GEMM operand of dq R */
+  gmat Bh;                   /* hs[0:T] as [T*N, H], the GEMM operand of dR (packed in the region) */
 } bwd_args;
 
 /* One valid step of one row: gradients of the pre-activations (dp, for W and x), of R h + br
@@ -429,6 +434,21 @@ QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, fl
   if (a->dh0) memcpy(a->dh0 + n0 * H, dh, (size_t)(nb * H) * sizeof(float));
 }
 
+/* dR rows [j0, j1) += dq[:, j0:j1]^T hs[0:T]: with hs packed (a->Bh), in blocks of 256 of the
+ * T*N sums so that a block of packed hs stays in the cache; else CBLAS. */
+static void dR_rows(const bwd_args *a, int64_t j0, int64_t j1) {
+  const int64_t H = a->H, H3 = 3 * H, TN = a->T * a->N;
+#ifdef QG_HAVE_AVX512_KERNEL
+  if (a->Bh.packed) {
+    for (int64_t k0 = 0; k0 < TN; k0 += 256)
+      gemm_packed(j1 - j0, a->dq + j0, 1, H3, &a->Bh, k0, k0 + 256 < TN ? k0 + 256 : TN, a->dR + j0 * H, H, 1);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3, a->hs,
+              (int)H, 1.0f, a->dR + j0 * H, (int)H);
+}
+
 /* Weight-gradient task i of ntask: its share of the rows of dx, of the rows of dW and dR (each a
  * GEMM), and of the columns of dbx and dbr (sums over rows in row order). The shares depend only
  * on i and ntask, so the results do not depend on which thread runs which task. */
@@ -442,8 +462,7 @@ static void bwd_weights(const bwd_args *a, int i, int ntask) {
     if (C > 0)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3,
                   a->x, (int)C, 1.0f, a->dW + j0 * C, (int)C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3,
-                a->hs, (int)H, 1.0f, a->dR + j0 * H, (int)H);
+    dR_rows(a, j0, j1);
     for (int64_t r = 0; r < TN; r++)
       for (int64_t j = j0; j < j1; j++) { a->dbx[j] += a->dp[r * H3 + j]; a->dbr[j] += a->dq[r * H3 + j]; }
   }
@@ -457,6 +476,7 @@ QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
   float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
   if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
   if (a->T * N <= 0 || H <= 0) return;
+  if (a->Bh.packed) pack_panels(&a->Bh, part((H + 15) / 16, k, nt), part((H + 15) / 16, k + 1, nt));
   const int ntask = nt > 1 ? 4 * nt : 1;
   QG_PRAGMA(omp barrier)   /* every row's dp and dq are complete */
   QG_PRAGMA(omp for schedule(dynamic, 1))
@@ -481,11 +501,12 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   const int64_t TNH3 = a.T * a.N * 3 * a.H;
   a.scratch_stride = (2 * (part(a.N, 1, a.nt) + 1) * a.H + 15) & ~(int64_t)15;
   const int pack = use_packed();
-  const int64_t pr = pack ? packed_floats(a.H, 3 * a.H) : 0;
+  const int64_t TN = a.T * a.N, pr = pack ? packed_floats(a.H, 3 * a.H) : 0, ph = pack ? packed_floats(a.H, TN) : 0;
   float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, (2 * TNH3 + a.nt * a.scratch_stride + pr) * (int64_t)sizeof(float), (void **)&ws));
+  QG_CHECK(qg_workspace(ctx, fn, (2 * TNH3 + a.nt * a.scratch_stride + pr + ph) * (int64_t)sizeof(float), (void **)&ws));
   a.dp = ws; a.dq = ws + TNH3; a.scratch = ws + 2 * TNH3;
   a.Br = (gmat){a.R, 0, a.H, 3 * a.H, pack ? a.scratch + a.nt * a.scratch_stride : NULL};
+  a.Bh = (gmat){a.hs, 0, a.H, TN, pack ? a.scratch + a.nt * a.scratch_stride + pr : NULL};
   if (pack) pack_b(&a.Br);
   if (a.nt > 1) {
     const int blas = openblas_get_num_threads();

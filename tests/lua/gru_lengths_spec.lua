@@ -178,10 +178,18 @@ describe("float GRU with per-row lengths", function()
     end)
   end
 
-  it("larger sizes (every blocked GEMM path): forward vs float64, gradients along random directions", function()
-    -- 3H = 120 columns: full 64-column groups and a partial one; 9 rows: groups of 4 and remainders
-    local T4, N4, C4, H4 = 3, 9, 20, 40
-    local lens4 = { 3, 1, 2, 3, 3, 2, 1, 3, 2 }
+  -- Sizes that reach every path of the packed GEMM kernel: 3H = 120 columns (full 64-column
+  -- groups and a partial one), 9 rows (groups of 4 and remainders); then H = 52 (dq R and dR with
+  -- a partial 16-column panel inside a full group) and T*N = 300 (dR in two blocks of sums).
+  local shapes = {
+    { T = 3, N = 9, C = 20, H = 40, lens = { 3, 1, 2, 3, 3, 2, 1, 3, 2 } },
+    { T = 6, N = 50, C = 5, H = 52, lens = {} },
+  }
+  for n = 1, 50 do shapes[2].lens[n] = (n * 7) % 6 + 1 end
+  for _, shape in ipairs(shapes) do
+  it(string.format("larger sizes (T=%d N=%d C=%d H=%d): forward vs float64, gradients along random directions",
+                   shape.T, shape.N, shape.C, shape.H), function()
+    local T4, N4, C4, H4, lens4 = shape.T, shape.N, shape.C, shape.H, shape.lens
     for _, reverse in ipairs({ 0, 1 }) do
       qgru.seed(501 + reverse)
       local p = params(C4, H4, 0.3)
@@ -231,6 +239,7 @@ describe("float GRU with per-row lengths", function()
       end
     end
   end)
+  end
 
   it("gives the same results on 1, 2 and 3 threads (rows are split over threads)", function()
     local T3, N3, C3, H3 = 6, 7, 3, 5
