@@ -7,15 +7,16 @@
  * no synchronisation per step. Inside that region each thread multiplies its own rows
  * (OpenBLAS is set to one thread for the region and restored after it): per-step GEMMs of a
  * [N/threads, H] x [H, 3H] size are too small for BLAS's own threading, which spends more time
- * waking and yielding threads than computing. The per-step products use the weights packed once
- * per call and an AVX-512 kernel where the CPU has one (see "small GEMMs" below), else CBLAS.
+ * waking and yielding threads than computing. The per-step products (and dR) use their weight
+ * operand packed once per call and an AVX-512 kernel where the CPU has one (see "small GEMMs"
+ * below), else CBLAS.
  *
  * Forward:  per thread, W x of its rows for all steps, then per step one GEMM R h on its rows
  *           and one pointwise loop (sigmoid and tanh as branch-free polynomials, so the loop
  *           vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden file allows).
- * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then
- *           dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as column sums in
- *           a fixed order (deterministic).
+ * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then,
+ *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as
+ *           column sums in a fixed order, as tasks of a fixed split (deterministic).
  * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
  * (backward) and zero its y / its gate gradients; the time index of a valid step s is
  * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps
