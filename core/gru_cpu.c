@@ -4,17 +4,19 @@
  *
  * Every batch row runs its own recurrence, so the work is split by batch rows over the threads
  * (OpenMP; as many as OpenBLAS is set to use, qg_set_num_threads) for the whole time loop, with
- * no synchronisation per step. Inside that region each thread calls single-threaded BLAS on its
- * rows (OpenBLAS is set to one thread for the region and restored after it): per-step GEMMs of a
+ * no synchronisation per step. Inside that region each thread multiplies its own rows
+ * (OpenBLAS is set to one thread for the region and restored after it): per-step GEMMs of a
  * [N/threads, H] x [H, 3H] size are too small for BLAS's own threading, which spends more time
- * waking and yielding threads than computing.
+ * waking and yielding threads than computing. The per-step products (and dR) use their weight
+ * operand packed once per call and an AVX-512 kernel where the CPU has one (see "small GEMMs"
+ * below), else CBLAS.
  *
  * Forward:  per thread, W x of its rows for all steps, then per step one GEMM R h on its rows
  *           and one pointwise loop (sigmoid and tanh as branch-free polynomials, so the loop
  *           vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden file allows).
- * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then
- *           dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as column sums in
- *           a fixed order (deterministic).
+ * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then,
+ *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as
+ *           column sums in a fixed order, as tasks of a fixed split (deterministic).
  * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
  * (backward) and zero its y / its gate gradients; the time index of a valid step s is
  * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps
@@ -116,6 +118,129 @@ static int gru_threads(int64_t N) {
 
 static inline int64_t part(int64_t n, int k, int nt) { return n * k / nt; }
 
+/* ---- small GEMMs with the weight matrix packed once per call ---------------------------------
+ * The per-step products (R h, dq R) and the per-thread W x multiply a few dozen rows by the same
+ * weight matrix every step. BLAS repacks that matrix on every call, and the OpenBLAS this runs
+ * with may use AVX2 kernels on a CPU that has AVX-512. So where the CPU has AVX-512F the weights
+ * are packed once per call into panels of 16 columns, Bp[p][k][0..15] = B[k][16p + c] (zero
+ * past the last column), and a register-blocked kernel (4 rows x 64 columns of accumulators)
+ * multiplies; elsewhere CBLAS does. Each output is one fused multiply-add chain over k in order,
+ * whatever the row grouping, so a row's result does not depend on how rows are split.
+ * gmat: B as given to CBLAS (trans: B = mat^T with mat [Nc, K], else mat is [K, Nc]) and its
+ * packed copy (NULL: use CBLAS). */
+typedef struct {
+  const float *mat;
+  int trans;
+  int64_t Nc, K;
+  float *packed;
+} gmat;
+
+static int64_t packed_floats(int64_t Nc, int64_t K) { return (Nc + 15) / 16 * 16 * K; }
+static void pack_panels(const gmat *b, int64_t p0, int64_t p1);
+static void pack_b(const gmat *b) { pack_panels(b, 0, (b->Nc + 15) / 16); }
+
+/* Packs panels [p0, p1) of b. */
+static void pack_panels(const gmat *b, int64_t p0, int64_t p1) {
+  const int64_t Nc = b->Nc, K = b->K;
+  for (int64_t p = p0; p < p1; p++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t c = 0; c < 16; c++) {
+        const int64_t n = p * 16 + c;
+        b->packed[(p * K + k) * 16 + c] = n >= Nc ? 0.0f : (b->trans ? b->mat[n * K + k] : b->mat[k * Nc + n]);
+      }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define QG_HAVE_AVX512_KERNEL 1
+
+/* C [M, Nc] (ldc) = (beta ? C : 0) + sum over k in [k0, k1) of A(m, k) B[k], B packed; A(m, k)
+ * is A[m * sm + k * sk] (sm = lda, sk = 1 for a row-major A; sm = 1, sk = ld for a transposed one). */
+__attribute__((target("avx512f"))) static void gemm_packed(int64_t M, const float *A, int64_t sm, int64_t sk, const gmat *b,
+                                                            int64_t k0, int64_t k1, float *Cm, int64_t ldc, int beta) {
+  enum { MR = 4 };
+  const int64_t K = b->K, Nc = b->Nc, P = (Nc + 15) / 16;
+  for (int64_t p0 = 0; p0 < P; p0 += 4) {
+    const int64_t np = P - p0 < 4 ? P - p0 : 4;
+    __mmask16 mk[4];
+    for (int64_t q = 0; q < 4; q++) {
+      const int64_t rem = Nc - (p0 + q) * 16;
+      mk[q] = q >= np ? 0 : (rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1));
+    }
+    const float *B0 = b->packed + p0 * K * 16;
+    int64_t m = 0;
+    if (np == 4) {
+      for (; m + MR <= M; m += MR) {
+        __m512 c[MR][4];
+        for (int r = 0; r < MR; r++)
+          for (int q = 0; q < 4; q++) c[r][q] = _mm512_setzero_ps();
+        const float *a0 = A + m * sm;
+        for (int64_t k = k0; k < k1; k++) {
+          const __m512 b0 = _mm512_loadu_ps(B0 + k * 16), b1 = _mm512_loadu_ps(B0 + (K + k) * 16),
+                       b2 = _mm512_loadu_ps(B0 + (2 * K + k) * 16), b3 = _mm512_loadu_ps(B0 + (3 * K + k) * 16);
+          for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(a0[r * sm + k * sk]);
+            c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
+            c[r][2] = _mm512_fmadd_ps(av, b2, c[r][2]);
+            c[r][3] = _mm512_fmadd_ps(av, b3, c[r][3]);
+          }
+        }
+        for (int r = 0; r < MR; r++)
+          for (int q = 0; q < 4; q++) {
+            float *cp = Cm + (m + r) * ldc + (p0 + q) * 16;
+            __m512 v = c[r][q];
+            if (beta) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk[q], cp), v);
+            _mm512_mask_storeu_ps(cp, mk[q], v);
+          }
+      }
+    }
+    for (; m < M; m++) {   /* remaining rows, or fewer than 64 remaining columns */
+      __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      const float *a0 = A + m * sm;
+      for (int64_t k = k0; k < k1; k++) {
+        const __m512 av = _mm512_set1_ps(a0[k * sk]);
+        for (int64_t q = 0; q < np; q++) c[q] = _mm512_fmadd_ps(av, _mm512_loadu_ps(B0 + (q * K + k) * 16), c[q]);
+      }
+      for (int64_t q = 0; q < np; q++) {
+        float *cp = Cm + m * ldc + (p0 + q) * 16;
+        __m512 v = c[q];
+        if (beta) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk[q], cp), v);
+        _mm512_mask_storeu_ps(cp, mk[q], v);
+      }
+    }
+  }
+}
+
+static int cpu_has_avx512(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+#else
+static int cpu_has_avx512(void) { return 0; }
+#endif
+
+/* Whether this call packs its weights (b->packed must then be given workspace of packed_floats). */
+static int use_packed(void) {
+  static int cached = -1;
+  if (cached < 0) cached = cpu_has_avx512();
+  return cached;
+}
+
+/* C [M, Nc] (ldc) = (beta ? C : 0) + A [M, K] (lda) B. */
+static void gemm_b(int64_t M, const float *A, int64_t lda, const gmat *b, float *Cm, int64_t ldc, int beta) {
+  if (M <= 0 || b->Nc <= 0) return;
+  if (b->K <= 0) {
+    if (!beta) for (int64_t m = 0; m < M; m++) memset(Cm + m * ldc, 0, (size_t)b->Nc * sizeof(float));
+    return;
+  }
+#ifdef QG_HAVE_AVX512_KERNEL
+  if (b->packed) { gemm_packed(M, A, lda, 1, b, 0, b->K, Cm, ldc, beta); return; }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, b->trans ? CblasTrans : CblasNoTrans, (int)M, (int)b->Nc, (int)b->K, 1.0f, A,
+              (int)lda, b->mat, b->trans ? (int)b->K : (int)b->Nc, beta ? 1.0f : 0.0f, Cm, (int)ldc);
+}
+
 /* ---- forward --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -125,6 +250,7 @@ typedef struct {
   const int64_t *len;
   float *y, *hs, *gates, *Wx, *scratch;  /* Wx [T*N, 3H] = x W^T; scratch: per thread [rows, 3H] */
   int64_t scratch_stride;
+  gmat Bw, Br;                            /* W^T and R^T as GEMM operands */
   double *range;                          /* observer rows, or NULL */
   int64_t *counts;
 } fwd_args;
@@ -166,9 +292,7 @@ QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, co
   for (int64_t s = 0; s < T; s++) {
     const float *hp = a->hs + s * N * H;
     float *hn = a->hs + (s + 1) * N * H;
-    if (nb > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)H, 1.0f, hp + n0 * H, (int)H, a->R,
-                  (int)H, 0.0f, Rh, (int)H3);
+    gemm_b(nb, hp + n0 * H, H, &a->Br, Rh, H3, 0);
     for (int64_t n = n0; n < n1; n++) {
       const int64_t L = a->len ? a->len[n] : T;
       if (s >= L) {   /* padded: the state stays, y at time index s is 0 */
@@ -186,24 +310,14 @@ QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, co
 }
 
 /* Thread k of nt: W x of its rows (one GEMM per time index: its rows of x[t] are contiguous), then
- * its rows' recurrence; it shares nothing with the other threads, so there is no barrier. */
+ * its rows' recurrence; it shares nothing with the other threads, so there is no barrier. Without
+ * an observer (qg_cpu_gru_forward runs the observed variants on one thread). */
 QG_CLONES static void fwd_thread(const fwd_args *a, int k) {
   const int nt = a->nt;
   const int64_t N = a->N, C = a->C, H3 = 3 * a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt), nb = n1 - n0;
-  for (int64_t t = 0; t < a->T && nb > 0 && H3 > 0; t++) {
-    float *wx = a->Wx + (t * N + n0) * H3;
-    if (C > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)C, 1.0f, a->x + (t * N + n0) * C, (int)C,
-                  a->W, (int)C, 0.0f, wx, (int)H3);
-    else
-      memset(wx, 0, (size_t)(nb * H3) * sizeof(float));
-  }
+  for (int64_t t = 0; t < a->T; t++) gemm_b(nb, a->x + (t * N + n0) * C, C, &a->Bw, a->Wx + (t * N + n0) * H3, H3, 0);
   float *Rh = a->scratch + k * a->scratch_stride;
-  if (a->range) {
-    if (a->gates) fwd_rows(a, n0, n1, Rh, 1, 1); else fwd_rows(a, n0, n1, Rh, 1, 0);
-  } else {
-    if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
-  }
+  if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
 }
 
 /* Observer values before the recurrence: x and x W^T at each row's valid time indices, h0. */
@@ -238,9 +352,14 @@ qg_status qg_cpu_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor 
   a.counts = stats ? (int64_t *)stats->counts->data : NULL;
   const int64_t TN = a.T * a.N, H3 = 3 * a.H, NH = a.N * a.H;
   a.scratch_stride = ((part(a.N, 1, a.nt) + 1) * H3 + 15) & ~(int64_t)15;
+  const int pack = use_packed();
+  const int64_t pw = pack ? packed_floats(H3, a.C) : 0, pr = pack ? packed_floats(H3, a.H) : 0;
   float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, (TN * H3 + a.nt * a.scratch_stride) * (int64_t)sizeof(float), (void **)&ws));
+  QG_CHECK(qg_workspace(ctx, fn, (TN * H3 + a.nt * a.scratch_stride + pw + pr) * (int64_t)sizeof(float), (void **)&ws));
   a.Wx = ws; a.scratch = ws + TN * H3;
+  a.Bw = (gmat){a.W, 1, H3, a.C, pack ? a.scratch + a.nt * a.scratch_stride : NULL};
+  a.Br = (gmat){a.R, 1, H3, a.H, pack ? a.scratch + a.nt * a.scratch_stride + pw : NULL};
+  if (pack) { pack_b(&a.Bw); pack_b(&a.Br); }
 
   if (h0) memcpy(a.hs, h0->data, (size_t)NH * sizeof(float));
   else memset(a.hs, 0, (size_t)NH * sizeof(float));
@@ -252,11 +371,7 @@ qg_status qg_cpu_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor 
     openblas_set_num_threads(blas);
   } else if (stats) {
     /* one thread: W x first (observed), then the recurrence */
-    if (TN > 0 && H3 > 0 && a.C > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)TN, (int)H3, (int)a.C, 1.0f, a.x, (int)a.C, a.W,
-                  (int)a.C, 0.0f, a.Wx, (int)H3);
-    else
-      memset(a.Wx, 0, (size_t)(TN * H3) * sizeof(float));
+    gemm_b(TN, a.x, a.C, &a.Bw, a.Wx, H3, 0);
     observe_inputs(&a, h0 ? (const float *)h0->data : NULL);
     if (a.gates) fwd_rows(&a, 0, a.N, a.scratch, 1, 1); else fwd_rows(&a, 0, a.N, a.scratch, 1, 0);
   } else {
@@ -276,6 +391,8 @@ typedef struct {
   float *dp, *dq;            /* [T*N, 3H]: pre-activation gradients by time index / by step */
   float *scratch;            /* per thread: dh and dh_next [rows, H] each */
   int64_t scratch_stride;
+  gmat Br;                   /* R [3H, H] as the GEMM operand of dq R */
+  gmat Bh;                   /* hs[0:T] as [T*N, H], the GEMM operand of dR (packed in the region) */
 } bwd_args;
 
 /* One valid step of one row: gradients of the pre-activations (dp, for W and x), of R h + br
@@ -314,12 +431,25 @@ QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, fl
                 has_dy ? a->dy + (t * N + n) * Hy + a->y_offset : NULL, a->dp + (t * N + n) * H3,
                 a->dq + (s * N + n) * H3, dnr, has_dy);
     }
-    if (nb > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)H, (int)H3, 1.0f, a->dq + (s * N + n0) * H3,
-                  (int)H3, a->R, (int)H, 1.0f, dh_next, (int)H);
+    gemm_b(nb, a->dq + (s * N + n0) * H3, H3, &a->Br, dh_next, H, 1);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
   }
   if (a->dh0) memcpy(a->dh0 + n0 * H, dh, (size_t)(nb * H) * sizeof(float));
+}
+
+/* dR rows [j0, j1) += dq[:, j0:j1]^T hs[0:T]: with hs packed (a->Bh), in blocks of 256 of the
+ * T*N sums so that a block of packed hs stays in the cache; else CBLAS. */
+static void dR_rows(const bwd_args *a, int64_t j0, int64_t j1) {
+  const int64_t H = a->H, H3 = 3 * H, TN = a->T * a->N;
+#ifdef QG_HAVE_AVX512_KERNEL
+  if (a->Bh.packed) {
+    for (int64_t k0 = 0; k0 < TN; k0 += 256)
+      gemm_packed(j1 - j0, a->dq + j0, 1, H3, &a->Bh, k0, k0 + 256 < TN ? k0 + 256 : TN, a->dR + j0 * H, H, 1);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3, a->hs,
+              (int)H, 1.0f, a->dR + j0 * H, (int)H);
 }
 
 /* Weight-gradient task i of ntask: its share of the rows of dx, of the rows of dW and dR (each a
@@ -335,8 +465,7 @@ static void bwd_weights(const bwd_args *a, int i, int ntask) {
     if (C > 0)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3,
                   a->x, (int)C, 1.0f, a->dW + j0 * C, (int)C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3,
-                a->hs, (int)H, 1.0f, a->dR + j0 * H, (int)H);
+    dR_rows(a, j0, j1);
     for (int64_t r = 0; r < TN; r++)
       for (int64_t j = j0; j < j1; j++) { a->dbx[j] += a->dp[r * H3 + j]; a->dbr[j] += a->dq[r * H3 + j]; }
   }
@@ -350,6 +479,7 @@ QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
   float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
   if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
   if (a->T * N <= 0 || H <= 0) return;
+  if (a->Bh.packed) pack_panels(&a->Bh, part((H + 15) / 16, k, nt), part((H + 15) / 16, k + 1, nt));
   const int ntask = nt > 1 ? 4 * nt : 1;
   QG_PRAGMA(omp barrier)   /* every row's dp and dq are complete */
   QG_PRAGMA(omp for schedule(dynamic, 1))
@@ -373,9 +503,14 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   a.dbx = (float *)dbx->data; a.dbr = (float *)dbr->data; a.dh0 = dh0 ? (float *)dh0->data : NULL;
   const int64_t TNH3 = a.T * a.N * 3 * a.H;
   a.scratch_stride = (2 * (part(a.N, 1, a.nt) + 1) * a.H + 15) & ~(int64_t)15;
+  const int pack = use_packed();
+  const int64_t TN = a.T * a.N, pr = pack ? packed_floats(a.H, 3 * a.H) : 0, ph = pack ? packed_floats(a.H, TN) : 0;
   float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, (2 * TNH3 + a.nt * a.scratch_stride) * (int64_t)sizeof(float), (void **)&ws));
+  QG_CHECK(qg_workspace(ctx, fn, (2 * TNH3 + a.nt * a.scratch_stride + pr + ph) * (int64_t)sizeof(float), (void **)&ws));
   a.dp = ws; a.dq = ws + TNH3; a.scratch = ws + 2 * TNH3;
+  a.Br = (gmat){a.R, 0, a.H, 3 * a.H, pack ? a.scratch + a.nt * a.scratch_stride : NULL};
+  a.Bh = (gmat){a.hs, 0, a.H, TN, pack ? a.scratch + a.nt * a.scratch_stride + pr : NULL};
+  if (pack) pack_b(&a.Br);
   if (a.nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);

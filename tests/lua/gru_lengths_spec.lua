@@ -178,6 +178,69 @@ describe("float GRU with per-row lengths", function()
     end)
   end
 
+  -- Sizes that reach every path of the packed GEMM kernel: 3H = 120 columns (full 64-column
+  -- groups and a partial one), 9 rows (groups of 4 and remainders); then H = 52 (dq R and dR with
+  -- a partial 16-column panel inside a full group) and T*N = 300 (dR in two blocks of sums).
+  local shapes = {
+    { T = 3, N = 9, C = 20, H = 40, lens = { 3, 1, 2, 3, 3, 2, 1, 3, 2 } },
+    { T = 6, N = 50, C = 5, H = 52, lens = {} },
+  }
+  for n = 1, 50 do shapes[2].lens[n] = (n * 7) % 6 + 1 end
+  for _, shape in ipairs(shapes) do
+  it(string.format("larger sizes (T=%d N=%d C=%d H=%d): forward vs float64, gradients along random directions",
+                   shape.T, shape.N, shape.C, shape.H), function()
+    local T4, N4, C4, H4, lens4 = shape.T, shape.N, shape.C, shape.H, shape.lens
+    for _, reverse in ipairs({ 0, 1 }) do
+      qgru.seed(501 + reverse)
+      local p = params(C4, H4, 0.3)
+      local x = Tensor.new({ T4, N4, C4 }, "f32"):uniform(-1, 1)
+      local h0 = Tensor.new({ N4, H4 }, "f32"):uniform(-0.9, 0.9)
+      local G = Tensor.new({ T4, N4, H4 }, "f32"):uniform(-1, 1)
+      local lengths = Tensor.from(lens4, "i64")
+      local y, hs, gates = forward(p, x, h0, lengths, reverse, true)
+      local g = { W = Tensor.new({ 3 * H4, C4 }, "f32"), R = Tensor.new({ 3 * H4, H4 }, "f32"),
+                  bx = Tensor.new({ 3 * H4 }, "f32"), br = Tensor.new({ 3 * H4 }, "f32") }
+      local dx, dh0 = Tensor.new({ T4, N4, C4 }, "f32"), Tensor.new({ N4, H4 }, "f32")
+      check(lib.qg_gru_backward(ctx(), dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0.t, G.t, 0, nil, x.t, p.W.t, p.R.t,
+                                hs.t, gates.t, lengths.t, reverse))
+      local pt, xt, h0t, Gt, yt = to_tables(p), x:totable(), h0:totable(), G:totable(), y:totable()
+      local function loss(check_y)
+        local s = 0
+        for n = 1, N4 do
+          local yr = ref_row(pt, xt, h0t, n, lens4[n], reverse, H4)
+          for t = 1, lens4[n] do
+            for i = 1, H4 do
+              s = s + yr[t][i] * Gt[t][n][i]
+              if check_y then assert(math.abs(yr[t][i] - yt[t][n][i]) <= 1e-5, "y vs float64 reference") end
+            end
+          end
+        end
+        return s
+      end
+      loss(true)
+      local tables = { W = pt.W, R = pt.R, bx = pt.bx, br = pt.br, x = xt, h0 = h0t }
+      local grads = { W = g.W, R = g.R, bx = g.bx, br = g.br, x = dx, h0 = dh0 }
+      for _, name in ipairs({ "W", "R", "bx", "br", "x", "h0" }) do
+        local vals = U.flatten(tables[name])
+        local dir = {}
+        for k = 1, #vals do dir[k] = math.sin(k * 12.9898 + #name) end   -- a fixed "random" direction
+        local eps = 1e-5
+        local function at(e)
+          local v = {}
+          for k = 1, #vals do v[k] = vals[k] + e * dir[k] end
+          U.unflatten_into(tables[name], v)
+          return loss(false)
+        end
+        local num = (at(eps) - at(-eps)) / (2 * eps)
+        at(0)
+        local ana = U.dot(U.flatten(grads[name]:totable()), dir)
+        assert(math.abs(ana - num) <= 1e-4 * math.max(1, math.abs(num)),
+               string.format("%s: directional derivative %.8g, finite differences %.8g", name, ana, num))
+      end
+    end
+  end)
+  end
+
   it("gives the same results on 1, 2 and 3 threads (rows are split over threads)", function()
     local T3, N3, C3, H3 = 6, 7, 3, 5
     qgru.seed(401)
