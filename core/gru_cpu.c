@@ -15,8 +15,8 @@
  *           and one pointwise loop (sigmoid and tanh as branch-free polynomials, so the loop
  *           vectorizes; a few ulp of float32, far below the 1e-5 the PyTorch golden file allows).
  * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then,
- *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr as
- *           column sums in a fixed order, as tasks of a fixed split (deterministic).
+ *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr from
+ *           the threads' sums, as tasks of a fixed split (deterministic for a thread count).
  * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
  * (backward) and zero its y / its gate gradients; the time index of a valid step s is
  * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps
@@ -389,8 +389,9 @@ typedef struct {
   const int64_t *len;
   float *dx, *dW, *dR, *dbx, *dbr, *dh0;
   float *dp, *dq;            /* [T*N, 3H]: pre-activation gradients by time index / by step */
-  float *scratch;            /* per thread: dh and dh_next [rows, H] each */
-  int64_t scratch_stride;
+  float *scratch;            /* per thread: dh and dh_next [rows, H] each, then at bsum_offset */
+  int64_t scratch_stride;    /* the sums of its rows' dp and dq [2, 3H] */
+  int64_t bsum_offset;
   gmat Br;                   /* R [3H, H] as the GEMM operand of dq R */
   gmat Bh;                   /* hs[0:T] as [T*N, H], the GEMM operand of dR (packed in the region) */
 } bwd_args;
@@ -412,8 +413,12 @@ QG_INLINE void bwd_point(int64_t H, const float *restrict gr, const float *restr
   }
 }
 
-QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, float *dh_next, const int has_dy) {
+/* The recurrence of rows [n0, n1); dh, dh_next: [n1 - n0, H] scratch; bsum [2, 3H]: this thread's
+ * sums of its rows' dp and dq (the bias gradients), over steps s = T-1..0 and rows in order. */
+QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, float *dh_next, float *restrict bsum,
+                        const int has_dy) {
   const int64_t T = a->T, N = a->N, H = a->H, H3 = 3 * H, Hy = a->Hy, nb = n1 - n0;
+  memset(bsum, 0, (size_t)(2 * H3) * sizeof(float));
   if (a->dhn) memcpy(dh, a->dhn + n0 * H, (size_t)(nb * H) * sizeof(float));
   else memset(dh, 0, (size_t)(nb * H) * sizeof(float));
   for (int64_t s = T - 1; s >= 0; s--) {
@@ -427,9 +432,10 @@ QG_INLINE void bwd_rows(const bwd_args *a, int64_t n0, int64_t n1, float *dh, fl
         continue;
       }
       const int64_t t = a->reverse ? L - 1 - s : s;
+      float *dpr = a->dp + (t * N + n) * H3, *dqr = a->dq + (s * N + n) * H3;
       bwd_point(H, a->gates + (s * N + n) * 4 * H, a->hs + (s * N + n) * H, dhr,
-                has_dy ? a->dy + (t * N + n) * Hy + a->y_offset : NULL, a->dp + (t * N + n) * H3,
-                a->dq + (s * N + n) * H3, dnr, has_dy);
+                has_dy ? a->dy + (t * N + n) * Hy + a->y_offset : NULL, dpr, dqr, dnr, has_dy);
+      for (int64_t j = 0; j < H3; j++) { bsum[j] += dpr[j]; bsum[H3 + j] += dqr[j]; }
     }
     gemm_b(nb, a->dq + (s * N + n0) * H3, H3, &a->Br, dh_next, H, 1);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
@@ -453,7 +459,7 @@ static void dR_rows(const bwd_args *a, int64_t j0, int64_t j1) {
 }
 
 /* Weight-gradient task i of ntask: its share of the rows of dx, of the rows of dW and dR (each a
- * GEMM), and of the columns of dbx and dbr (sums over rows in row order). The shares depend only
+ * GEMM), and of the columns of dbx and dbr (the threads' partial sums added in thread order). The shares depend only
  * on i and ntask, so the results do not depend on which thread runs which task. */
 static void bwd_weights(const bwd_args *a, int i, int ntask) {
   const int64_t C = a->C, H = a->H, H3 = 3 * H, TN = a->T * a->N;
@@ -466,8 +472,10 @@ static void bwd_weights(const bwd_args *a, int i, int ntask) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3,
                   a->x, (int)C, 1.0f, a->dW + j0 * C, (int)C);
     dR_rows(a, j0, j1);
-    for (int64_t r = 0; r < TN; r++)
-      for (int64_t j = j0; j < j1; j++) { a->dbx[j] += a->dp[r * H3 + j]; a->dbr[j] += a->dq[r * H3 + j]; }
+    for (int k = 0; k < a->nt; k++) {   /* the threads' partial sums, in thread order */
+      const float *bsum = a->scratch + k * a->scratch_stride + a->bsum_offset;
+      for (int64_t j = j0; j < j1; j++) { a->dbx[j] += bsum[j]; a->dbr[j] += bsum[H3 + j]; }
+    }
   }
 }
 
@@ -477,7 +485,8 @@ QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
   const int nt = a->nt;
   const int64_t N = a->N, H = a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt);
   float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
-  if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, 1); else bwd_rows(a, n0, n1, dh, dh_next, 0);
+  float *bsum = a->scratch + k * a->scratch_stride + a->bsum_offset;
+  if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, bsum, 1); else bwd_rows(a, n0, n1, dh, dh_next, bsum, 0);
   if (a->T * N <= 0 || H <= 0) return;
   if (a->Bh.packed) pack_panels(&a->Bh, part((H + 15) / 16, k, nt), part((H + 15) / 16, k + 1, nt));
   const int ntask = nt > 1 ? 4 * nt : 1;
@@ -502,7 +511,8 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   a.dx = dx ? (float *)dx->data : NULL; a.dW = (float *)dW->data; a.dR = (float *)dR->data;
   a.dbx = (float *)dbx->data; a.dbr = (float *)dbr->data; a.dh0 = dh0 ? (float *)dh0->data : NULL;
   const int64_t TNH3 = a.T * a.N * 3 * a.H;
-  a.scratch_stride = (2 * (part(a.N, 1, a.nt) + 1) * a.H + 15) & ~(int64_t)15;
+  a.bsum_offset = 2 * (part(a.N, 1, a.nt) + 1) * a.H;
+  a.scratch_stride = (a.bsum_offset + 6 * a.H + 15) & ~(int64_t)15;
   const int pack = use_packed();
   const int64_t TN = a.T * a.N, pr = pack ? packed_floats(a.H, 3 * a.H) : 0, ph = pack ? packed_floats(a.H, TN) : 0;
   float *ws;
