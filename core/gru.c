@@ -43,7 +43,7 @@ static qg_status check_y(qg_ctx *ctx, const char *fn, const char *arg, const qg_
   return QG_OK;
 }
 
-static qg_status check_stats(qg_ctx *ctx, const char *fn, const qg_stats *stats) {
+qg_status qg_check_gru_stats(qg_ctx *ctx, const char *fn, const qg_stats *stats) {
   if (!stats) return QG_OK;
   int64_t rd[2] = {QG_Q_NUM_ACT, 4}, cd[2] = {QG_Q_NUM_ACT, QG_STATS_BINS};
   QG_CHECK(qg_check_tensor(ctx, fn, "stats.range", stats->range, QG_F64, 2, rd));
@@ -65,7 +65,7 @@ qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs,
   QG_CHECK(qg_check_tensor(ctx, fn, "hs", hs, QG_F32, 3, hsd));
   if (gates) QG_CHECK(qg_check_tensor(ctx, fn, "gates", gates, QG_F32, 3, gd));
   if (h0) QG_CHECK(qg_check_tensor(ctx, fn, "h0", h0, QG_F32, 2, h0d));
-  QG_CHECK(check_stats(ctx, fn, stats));
+  QG_CHECK(qg_check_gru_stats(ctx, fn, stats));
   const qg_tensor *ts[] = {y, hs, gates, stats ? stats->range : NULL, stats ? stats->counts : NULL,
                            x, W, R, bx, br, h0, lengths};
   const char *names[] = {"y", "hs", "gates", "stats.range", "stats.counts", "x", "W", "R", "bx", "br", "h0", "lengths"};

@@ -29,20 +29,12 @@
  * so the statistics rows are filled without sharing.
  */
 #include "backend.h"
+#include "cpu_threads.h"
 #include "stats.h"
 
 #include <cblas.h>
 #include <stdint.h>
 #include <string.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#define QG_PRAGMA(x) _Pragma(#x)
-#define QG_THREAD_NUM() omp_get_thread_num()
-#else
-#define QG_PRAGMA(x)
-#define QG_THREAD_NUM() 0
-#endif
 
 #if defined(__GNUC__)
 #define QG_INLINE static inline __attribute__((always_inline))
@@ -55,10 +47,6 @@
 #else
 #define QG_CLONES
 #endif
-
-/* OpenBLAS exports these (see context.c). */
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
 
 /* ---- branch-free float32 exp, sigmoid, tanh (Cephes coefficients) ---------------------------- */
 
@@ -103,20 +91,6 @@ QG_INLINE float gru_tanhf(float x) {
 
 /* ---- threads --------------------------------------------------------------------------------- */
 
-/* Threads for a recurrence over N rows: OpenBLAS's setting, at most N, 1 without OpenMP. */
-static int gru_threads(int64_t N) {
-#ifdef _OPENMP
-  int nt = openblas_get_num_threads();
-  if (nt < 1) nt = 1;
-  if (nt > N) nt = N < 1 ? 1 : (int)N;
-  return nt;
-#else
-  (void)N;
-  return 1;
-#endif
-}
-
-static inline int64_t part(int64_t n, int k, int nt) { return n * k / nt; }
 
 /* ---- small GEMMs with the weight matrix packed once per call ---------------------------------
  * The per-step products (R h, dq R) and the per-thread W x multiply a few dozen rows by the same
@@ -314,7 +288,7 @@ QG_INLINE void fwd_rows(const fwd_args *a, int64_t n0, int64_t n1, float *Rh, co
  * an observer (qg_cpu_gru_forward runs the observed variants on one thread). */
 QG_CLONES static void fwd_thread(const fwd_args *a, int k) {
   const int nt = a->nt;
-  const int64_t N = a->N, C = a->C, H3 = 3 * a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt), nb = n1 - n0;
+  const int64_t N = a->N, C = a->C, H3 = 3 * a->H, n0 = qg_cpu_part(N, k, nt), n1 = qg_cpu_part(N, k + 1, nt), nb = n1 - n0;
   for (int64_t t = 0; t < a->T; t++) gemm_b(nb, a->x + (t * N + n0) * C, C, &a->Bw, a->Wx + (t * N + n0) * H3, H3, 0);
   float *Rh = a->scratch + k * a->scratch_stride;
   if (a->gates) fwd_rows(a, n0, n1, Rh, 0, 1); else fwd_rows(a, n0, n1, Rh, 0, 0);
@@ -343,7 +317,7 @@ qg_status qg_cpu_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor 
   fwd_args a;
   a.T = x->dims[0]; a.N = x->dims[1]; a.C = x->dims[2]; a.H = R->dims[1]; a.Hy = y->dims[2];
   a.y_offset = y_offset; a.reverse = reverse;
-  a.nt = stats ? 1 : gru_threads(a.N);
+  a.nt = stats ? 1 : qg_cpu_row_threads(a.N);
   a.x = (const float *)x->data; a.W = (const float *)W->data; a.R = (const float *)R->data;
   a.bx = (const float *)bx->data; a.br = (const float *)br->data;
   a.len = lengths ? (const int64_t *)lengths->data : NULL;
@@ -351,7 +325,7 @@ qg_status qg_cpu_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor 
   a.range = stats ? (double *)stats->range->data : NULL;
   a.counts = stats ? (int64_t *)stats->counts->data : NULL;
   const int64_t TN = a.T * a.N, H3 = 3 * a.H, NH = a.N * a.H;
-  a.scratch_stride = ((part(a.N, 1, a.nt) + 1) * H3 + 15) & ~(int64_t)15;
+  a.scratch_stride = ((qg_cpu_part(a.N, 1, a.nt) + 1) * H3 + 15) & ~(int64_t)15;
   const int pack = use_packed();
   const int64_t pw = pack ? packed_floats(H3, a.C) : 0, pr = pack ? packed_floats(H3, a.H) : 0;
   float *ws;
@@ -463,7 +437,7 @@ static void dR_rows(const bwd_args *a, int64_t j0, int64_t j1) {
  * on i and ntask, so the results do not depend on which thread runs which task. */
 static void bwd_weights(const bwd_args *a, int i, int ntask) {
   const int64_t C = a->C, H = a->H, H3 = 3 * H, TN = a->T * a->N;
-  const int64_t r0 = part(TN, i, ntask), r1 = part(TN, i + 1, ntask), j0 = part(H3, i, ntask), j1 = part(H3, i + 1, ntask);
+  const int64_t r0 = qg_cpu_part(TN, i, ntask), r1 = qg_cpu_part(TN, i + 1, ntask), j0 = qg_cpu_part(H3, i, ntask), j1 = qg_cpu_part(H3, i + 1, ntask);
   if (a->dx && C > 0 && r1 > r0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)C, (int)H3, 1.0f, a->dp + r0 * H3, (int)H3,
                 a->W, (int)C, 1.0f, a->dx + r0 * C, (int)C);
@@ -483,12 +457,12 @@ static void bwd_weights(const bwd_args *a, int i, int ntask) {
  * dynamically so that a thread the system delays does not hold the others up. */
 QG_CLONES static void bwd_thread(const bwd_args *a, int k) {
   const int nt = a->nt;
-  const int64_t N = a->N, H = a->H, n0 = part(N, k, nt), n1 = part(N, k + 1, nt);
+  const int64_t N = a->N, H = a->H, n0 = qg_cpu_part(N, k, nt), n1 = qg_cpu_part(N, k + 1, nt);
   float *dh = a->scratch + k * a->scratch_stride, *dh_next = dh + (n1 - n0) * H;
   float *bsum = a->scratch + k * a->scratch_stride + a->bsum_offset;
   if (a->dy) bwd_rows(a, n0, n1, dh, dh_next, bsum, 1); else bwd_rows(a, n0, n1, dh, dh_next, bsum, 0);
   if (a->T * N <= 0 || H <= 0) return;
-  if (a->Bh.packed) pack_panels(&a->Bh, part((H + 15) / 16, k, nt), part((H + 15) / 16, k + 1, nt));
+  if (a->Bh.packed) pack_panels(&a->Bh, qg_cpu_part((H + 15) / 16, k, nt), qg_cpu_part((H + 15) / 16, k + 1, nt));
   const int ntask = nt > 1 ? 4 * nt : 1;
   QG_PRAGMA(omp barrier)   /* every row's dp and dq are complete */
   QG_PRAGMA(omp for schedule(dynamic, 1))
@@ -503,7 +477,7 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   bwd_args a;
   a.T = x->dims[0]; a.N = x->dims[1]; a.C = x->dims[2]; a.H = R->dims[1]; a.Hy = dy ? dy->dims[2] : 0;
   a.y_offset = y_offset; a.reverse = reverse;
-  a.nt = gru_threads(a.N);
+  a.nt = qg_cpu_row_threads(a.N);
   a.x = (const float *)x->data; a.W = (const float *)W->data; a.R = (const float *)R->data;
   a.hs = (const float *)hs->data; a.gates = (const float *)gates->data;
   a.dy = dy ? (const float *)dy->data : NULL; a.dhn = dhn ? (const float *)dhn->data : NULL;
@@ -511,7 +485,7 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   a.dx = dx ? (float *)dx->data : NULL; a.dW = (float *)dW->data; a.dR = (float *)dR->data;
   a.dbx = (float *)dbx->data; a.dbr = (float *)dbr->data; a.dh0 = dh0 ? (float *)dh0->data : NULL;
   const int64_t TNH3 = a.T * a.N * 3 * a.H;
-  a.bsum_offset = 2 * (part(a.N, 1, a.nt) + 1) * a.H;
+  a.bsum_offset = 2 * (qg_cpu_part(a.N, 1, a.nt) + 1) * a.H;
   a.scratch_stride = (a.bsum_offset + 6 * a.H + 15) & ~(int64_t)15;
   const int pack = use_packed();
   const int64_t TN = a.T * a.N, pr = pack ? packed_floats(a.H, 3 * a.H) : 0, ph = pack ? packed_floats(a.H, TN) : 0;

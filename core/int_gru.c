@@ -278,28 +278,6 @@ qg_status qg_int_gru_weights(qg_ctx *ctx, const qg_int_gru *g, int w, qg_tensor 
   return QG_OK;
 }
 
-/* lengths: NULL or i64 [N] with every value in 1..T (read here when on the host). */
-static qg_status check_lengths(qg_ctx *ctx, const char *fn, const qg_tensor *lengths, int64_t N, int64_t T) {
-  if (!lengths) return QG_OK;
-  const int64_t d[1] = {N};
-  QG_CHECK(qg_check_tensor(ctx, fn, "lengths", lengths, QG_I64, 1, d));
-  if (lengths->device != QG_CPU) return QG_OK;
-  const int64_t *L = (const int64_t *)lengths->data;
-  for (int64_t n = 0; n < N; n++)
-    if (L[n] < 1 || L[n] > T)
-      return qg_fail(ctx, QG_ERR_ARG, fn, "lengths[%lld] = %lld: every length must be in 1..T = %lld", (long long)n, (long long)L[n],
-                     (long long)T);
-  return QG_OK;
-}
-
-static qg_status check_stats_rows(qg_ctx *ctx, const char *fn, const qg_stats *stats, int64_t rows) {
-  if (!stats) return QG_OK;
-  const int64_t rd[2] = {rows, 4}, cd[2] = {rows, QG_STATS_BINS};
-  QG_CHECK(qg_check_tensor(ctx, fn, "stats.range", stats->range, QG_F64, 2, rd));
-  QG_CHECK(qg_check_tensor(ctx, fn, "stats.counts", stats->counts, QG_I64, 2, cd));
-  return QG_OK;
-}
-
 qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
                              const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                              const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
@@ -318,8 +296,8 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
                    (long long)y->dims[2]);
   if (hn) QG_CHECK(qg_check_tensor(ctx, fn, "hn", hn, QG_F32, 2, nh));
   if (h0) QG_CHECK(qg_check_tensor(ctx, fn, "h0", h0, QG_F32, 2, nh));
-  QG_CHECK(check_lengths(ctx, fn, lengths, N, T));
-  QG_CHECK(check_stats_rows(ctx, fn, stats, QG_Q_NUM_ACT));
+  QG_CHECK(qg_check_gru_lengths(ctx, fn, lengths, T, N));
+  QG_CHECK(qg_check_gru_stats(ctx, fn, stats));
   const qg_tensor *sv[4] = {NULL, NULL, NULL, NULL};
   if (saved) {
     const int64_t hqd[3] = {T + 1, N, H}, cd[4] = {T, N, H, qg_int_gru_cell_bytes(g)}, xqd[3] = {T, N, C};
@@ -372,7 +350,7 @@ qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tens
       return qg_fail(ctx, QG_ERR_ARG, fn, "dy: columns [%d, %lld) do not fit in its last dim %lld", y_offset, (long long)(y_offset + H),
                      (long long)dy->dims[2]);
   }
-  QG_CHECK(check_lengths(ctx, fn, lengths, N, T));
+  QG_CHECK(qg_check_gru_lengths(ctx, fn, lengths, T, N));
   const qg_tensor *ts[] = {dx, dW, dR, dbx, dbr, dh0, dy, dhn, saved->hq, saved->cell, saved->xq, saved->xmask, h0, lengths};
   const char *names[] = {"dx", "dW", "dR", "dbx", "dbr", "dh0", "dy", "dhn", "saved.hq", "saved.cell", "saved.xq", "saved.xmask",
                          "h0", "lengths"};

@@ -19,39 +19,13 @@
  *   runs on one thread (calibration is not time-critical).
  */
 #include "backend.h"
+#include "cpu_threads.h"
 #include "int_gru.h"
 #include "stats.h"
 
 #include <cblas.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#define QG_PRAGMA(x) _Pragma(#x)
-#define QG_THREAD_NUM() omp_get_thread_num()
-#else
-#define QG_PRAGMA(x)
-#define QG_THREAD_NUM() 0
-#endif
-
-/* OpenBLAS exports these (see context.c). */
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
-
-/* Threads for a recurrence over N rows: OpenBLAS's setting, at most N, 1 without OpenMP. */
-static int row_threads(int64_t N) {
-#ifdef _OPENMP
-  int nt = openblas_get_num_threads();
-  if (nt < 1) nt = 1;
-  if (nt > N) nt = N < 1 ? 1 : (int)N;
-  return nt;
-#else
-  (void)N;
-  return 1;
-#endif
-}
-
-static inline int64_t part(int64_t n, int k, int nt) { return n * k / nt; }
 
 qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                           const qg_tensor *bx, const qg_tensor *br) {
@@ -285,7 +259,7 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
           requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
       }
   } else {
-    const int nt = row_threads(TN);
+    const int nt = qg_cpu_row_threads(TN);
     QG_PRAGMA(omp parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < TN; r++)
       requant_row(H3, accWx + r * H3, gwx, g->w_exp[QG_W_W], QX.e, QWX, qWx + r * H3, mWx + r * H3, 0, NULL, NULL);
@@ -319,7 +293,7 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
 #define QG_FORWARD_STEPS(n0, n1, WIDE, OBS)                                                                                   \
   forward_steps(g, T, N, n0, n1, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, \
                 mRh, WIDE, OBS, st)
-  const int nt = observing ? 1 : row_threads(N);
+  const int nt = observing ? 1 : qg_cpu_row_threads(N);
   if (observing) {
     if (wide) QG_FORWARD_STEPS(0, N, 1, 1);
     else QG_FORWARD_STEPS(0, N, 0, 1);
@@ -328,8 +302,8 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
     openblas_set_num_threads(1);
     QG_PRAGMA(omp parallel num_threads(nt)) {
       const int k = QG_THREAD_NUM();
-      if (wide) QG_FORWARD_STEPS(part(N, k, nt), part(N, k + 1, nt), 1, 0);
-      else QG_FORWARD_STEPS(part(N, k, nt), part(N, k + 1, nt), 0, 0);
+      if (wide) QG_FORWARD_STEPS(qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), 1, 0);
+      else QG_FORWARD_STEPS(qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), 0, 0);
     }
     openblas_set_num_threads(blas);
   } else {
@@ -421,14 +395,14 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   if (dhn) memcpy(dh, dhn->data, (size_t)(N * H) * sizeof(float));
   else memset(dh, 0, (size_t)(N * H) * sizeof(float));
 
-  const int nt = row_threads(N);
+  const int nt = qg_cpu_row_threads(N);
   float *dh_first = dh;
   if (nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
     QG_PRAGMA(omp parallel num_threads(nt)) {
       const int k = QG_THREAD_NUM();
-      float *r = backward_rows(g, T, N, part(N, k, nt), part(N, k + 1, nt), L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh,
+      float *r = backward_rows(g, T, N, qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh,
                                dh_next, bcx, bcr);
       if (k == 0) dh_first = r;
     }

@@ -58,6 +58,8 @@ qg_status qg_check_gru_args(qg_ctx *ctx, const char *fn, const qg_tensor *x, con
 /* lengths: NULL, or i64 [N] whose values (when on the host) are in 1..T; the error names the row.
  * Defined in core/gru.c. */
 qg_status qg_check_gru_lengths(qg_ctx *ctx, const char *fn, const qg_tensor *lengths, int64_t T, int64_t N);
+/* stats NULL, or the observer of the GRU forwards: range f64 [QG_Q_NUM_ACT, 4], counts i64 [QG_Q_NUM_ACT, QG_STATS_BINS]. */
+qg_status qg_check_gru_stats(qg_ctx *ctx, const char *fn, const qg_stats *stats);
 
 /* Validates one quantizer: bitwidth 1..32, |e| <= 31, zero point on the grid. */
 qg_status qg_check_qspec(qg_ctx *ctx, const char *fn, const char *what, int bitwidth, int is_unsigned, int e, int z);

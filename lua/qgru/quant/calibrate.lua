@@ -102,11 +102,11 @@ function M.run(model, list, data, opts)
           if q:calibratable() then
             lq.gru:ccall(ctx, lib.qg_calibrate_row(ctx, e32, z32, cost, lq.stats, i - 1, q.bitwidth, q.is_symmetric and 1 or 0,
                                                    q.is_unsigned and 1 or 0, GRUQuant.METHODS[method], pct))
-            local row = (i - 1) * 4
-            q:set(e32[0], z32[0], { method = method, range = { Tensor.readF64(sp, row), Tensor.readF64(sp, row + 1) } })
+            local lo, hi = Tensor.readF64(sp, (i - 1) * 4), Tensor.readF64(sp, (i - 1) * 4 + 1)
+            q:set(e32[0], z32[0], { method = method, range = { lo, hi } })
             q.passes = pass
             if pass == passes then
-              report[#report + 1] = { name = g.prefix .. q.name, method = method, e = e32[0], z = z32[0], lo = Tensor.readF64(sp, row), hi = Tensor.readF64(sp, row + 1), pass = pass }
+              report[#report + 1] = { name = g.prefix .. q.name, method = method, e = e32[0], z = z32[0], lo = lo, hi = hi, pass = pass }
             end
           end
         end
