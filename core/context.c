@@ -76,6 +76,21 @@ qg_status qg_ctx_synchronize(qg_ctx *ctx) {
   return ctx->device == QG_CUDA ? qg_dev_synchronize(ctx) : QG_OK;
 }
 
+qg_status qg_ctx_set_math(qg_ctx *ctx, int math) {
+  if (!ctx) return QG_ERR_ARG;
+  if (math != QG_MATH_STRICT && math != QG_MATH_TF32)
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "math mode %d is neither QG_MATH_STRICT (0) nor QG_MATH_TF32 (1)", math);
+  int old = ctx->math;
+  ctx->math = math;
+  if (ctx->device == QG_CUDA) {
+    qg_status s = qg_dev_set_math(ctx);
+    if (s != QG_OK) { ctx->math = old; return s; }
+  }
+  return QG_OK;
+}
+
+int qg_ctx_math(const qg_ctx *ctx) { return ctx ? ctx->math : QG_MATH_STRICT; }
+
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx) {
   return ctx ? ctx->workspace_bytes + ctx->dev_workspace_bytes : 0;
 }

@@ -22,6 +22,7 @@ struct qg_ctx {
   int64_t workspace_bytes;
   void *dev_workspace;        /* device workspace, grow-only */
   int64_t dev_workspace_bytes;
+  int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };
@@ -75,6 +76,12 @@ void qg_dev_free(void *ptr);
 qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes, int kind);
 qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes);
 qg_status qg_dev_synchronize(qg_ctx *ctx);
+/* Device scratch of at least nbytes (256-byte aligned) on the context's device, valid until the
+ * next call; grow-only. Growing synchronizes the stream first (the old buffer may be in use), so
+ * call it before enqueuing work, never while a graph is being captured. */
+qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
+/* Applies ctx->math to the context's cuBLAS handle (TF32 tensor-op math or strict fp32). */
+qg_status qg_dev_set_math(qg_ctx *ctx);
 
 #define QG_CHECK(expr) do { qg_status s_ = (expr); if (s_ != QG_OK) return s_; } while (0)
 

@@ -55,6 +55,10 @@ typedef enum {
 
 typedef enum { QG_F32 = 0, QG_F64 = 1, QG_I8 = 2, QG_U8 = 3, QG_I16 = 4, QG_I32 = 5, QG_I64 = 6 } qg_dtype;
 typedef enum { QG_CPU = 0, QG_CUDA = 1 } qg_device;
+/* Float GEMM precision on the GPU. STRICT: fp32 everywhere (the default; parity tests use it).
+ * TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores. The integer forward
+ * is exact in every mode; the CPU ignores the setting. */
+typedef enum { QG_MATH_STRICT = 0, QG_MATH_TF32 = 1 } qg_math;
 
 typedef struct qg_ctx qg_ctx;
 
@@ -82,6 +86,8 @@ const char *qg_last_error(const qg_ctx *ctx);
 int qg_cuda_device_count(void);          /* 0 without CUDA or without a device */
 qg_status qg_ctx_synchronize(qg_ctx *ctx);
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx);
+qg_status qg_ctx_set_math(qg_ctx *ctx, int math);   /* math: a qg_math value */
+int qg_ctx_math(const qg_ctx *ctx);
 /* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
 qg_status qg_set_num_threads(qg_ctx *ctx, int n);
 /* Monotonic wall clock in seconds (for progress lines and benchmarks). */

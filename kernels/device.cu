@@ -42,7 +42,7 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
   cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
   ctx->stream = stream;
   ctx->cublas = handle;
-  return QG_OK;
+  return qg_dev_set_math(ctx);
 }
 
 extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
@@ -81,4 +81,32 @@ extern "C" qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes) {
 extern "C" qg_status qg_dev_synchronize(qg_ctx *ctx) {
   cudaError_t e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
   return e == cudaSuccess ? QG_OK : cuda_fail(ctx, "qg_ctx_synchronize", e);
+}
+
+extern "C" qg_status qg_dev_set_math(qg_ctx *ctx) {
+  if (!ctx->cublas) return QG_OK;
+  /* Strict: cuBLAS default math, fp32 GEMMs without TF32 (what PyTorch runs with allow_tf32 off). */
+  cublasMath_t m = ctx->math == QG_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  if (cublasSetMathMode((cublasHandle_t)ctx->cublas, m) != CUBLAS_STATUS_SUCCESS)
+    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_set_math", "cublasSetMathMode failed");
+  return QG_OK;
+}
+
+extern "C" qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+  if (nbytes < 0) return qg_fail(ctx, QG_ERR_ARG, fn, "negative device workspace size %lld", (long long)nbytes);
+  if (nbytes > ctx->dev_workspace_bytes || !ctx->dev_workspace) {
+    int64_t want = nbytes + nbytes / 4 + 256;
+    want = (want + 255) & ~(int64_t)255;
+    /* The old buffer may still be read by queued kernels: let them finish before freeing it. */
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
+    if (e != cudaSuccess) return cuda_fail(ctx, fn, e);
+    if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
+    ctx->dev_workspace = NULL;
+    ctx->dev_workspace_bytes = 0;
+    e = cudaMalloc(&ctx->dev_workspace, (size_t)want);
+    if (e != cudaSuccess) { ctx->dev_workspace = NULL; return cuda_fail(ctx, fn, e); }
+    ctx->dev_workspace_bytes = want;
+  }
+  *out = ctx->dev_workspace;
+  return QG_OK;
 }

@@ -54,6 +54,8 @@ M.device_names = { [tonumber(lib.QG_CPU)] = "cpu", [tonumber(lib.QG_CUDA)] = "cu
 
 local contexts = {}
 local default_seed = 0
+local math_mode = "strict"
+local math_modes = { strict = lib.QG_MATH_STRICT, tf32 = lib.QG_MATH_TF32 }
 
 -- The context for a device, created on first use.
 function M.context(device)
@@ -70,9 +72,20 @@ function M.context(device)
     error("qgru: cannot create a " .. device .. " context: " .. why, 3)
   end
   ctx = ffi.gc(out[0], lib.qg_ctx_destroy)
+  M.check(ctx, lib.qg_ctx_set_math(ctx, math_modes[math_mode]), 2)
   contexts[device] = ctx
   return ctx
 end
+
+-- "strict" (fp32, the default) or "tf32": the precision of the float GEMMs on the GPU, for every
+-- context, existing or future.
+function M.set_math(mode)
+  local m = math_modes[mode]
+  if not m then error("qgru.setMath: expected 'strict' or 'tf32', got " .. tostring(mode), 3) end
+  for _, ctx in pairs(contexts) do M.check(ctx, lib.qg_ctx_set_math(ctx, m), 3) end
+  math_mode = mode
+end
+function M.math() return math_mode end
 
 function M.cuda_available()
   return lib.qgru_has_cuda() ~= 0 and lib.qg_cuda_device_count() > 0

@@ -36,6 +36,12 @@ end
 function qgru.device() return device end
 function qgru.cudaAvailable() return clib.cuda_available() end
 
+-- "strict" | "tf32": the float GEMMs on the GPU (float GRU, Linear, the STE backward) in strict
+-- fp32 (the default) or with TF32 tensor cores. The integer forward is exact in both; the CPU
+-- ignores it.
+function qgru.setMath(mode) clib.set_math(mode) end
+function qgru.math() return clib.math() end
+
 -- Seeds the RNG used for initialisation (and everything else drawn from the contexts).
 function qgru.seed(s) clib.seed(s) end
 

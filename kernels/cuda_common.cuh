@@ -1,0 +1,58 @@
+/*
+ * cuda_common.cuh: what every kernels/*.cu file shares: the context's stream and cuBLAS handle,
+ * CUDA error to qg_status conversion (nothing raises or exits; the message names the call), the
+ * device workspace, and launch-size helpers. Backend functions (qg_cuda_<op>, declared by
+ * core/backend.h) trust their arguments: the front door in core/<op>.c has validated them.
+ *
+ * Rules for kernels (see README "Adding a backend function"):
+ *  - everything runs on the context's stream; nothing is allocated or created per call (scratch
+ *    comes from qg_dev_workspace, sized before any work is enqueued), so a call can be captured in
+ *    a CUDA graph;
+ *  - deterministic: no float atomics; reductions run in a fixed order (results may differ from the
+ *    CPU's order by rounding, never from run to run);
+ *  - files whose float math feeds an integer decision (quantizers, the integer GRU) are compiled
+ *    with --fmad=false (CMakeLists.txt) so that nvcc does not contract a*b+c differently from the
+ *    host compiler.
+ */
+#ifndef QGRU_CUDA_COMMON_CUH
+#define QGRU_CUDA_COMMON_CUH
+
+#include "../core/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+static inline cudaStream_t qg_cuda_stream(const qg_ctx *ctx) { return (cudaStream_t)ctx->stream; }
+static inline cublasHandle_t qg_cuda_blas(const qg_ctx *ctx) { return (cublasHandle_t)ctx->cublas; }
+
+/* QG_OK for cudaSuccess, else a QG_ERR_DEVICE (QG_ERR_MEMORY for allocation) failure naming fn. */
+static inline qg_status qg_cuda_status(qg_ctx *ctx, const char *fn, cudaError_t e) {
+  if (e == cudaSuccess) return QG_OK;
+  return qg_fail(ctx, e == cudaErrorMemoryAllocation ? QG_ERR_MEMORY : QG_ERR_DEVICE, fn, "CUDA error %s: %s",
+                 cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* After a kernel launch: the launch error (bad configuration, too much shared memory), if any. */
+static inline qg_status qg_cuda_launched(qg_ctx *ctx, const char *fn) {
+  return qg_cuda_status(ctx, fn, cudaGetLastError());
+}
+
+static inline qg_status qg_cublas_status(qg_ctx *ctx, const char *fn, cublasStatus_t s) {
+  if (s == CUBLAS_STATUS_SUCCESS) return QG_OK;
+  return qg_fail(ctx, s == CUBLAS_STATUS_ALLOC_FAILED ? QG_ERR_MEMORY : QG_ERR_DEVICE, fn, "cuBLAS error %s: %s",
+                 cublasGetStatusName(s), cublasGetStatusString(s));
+}
+
+/* The compute type of a float GEMM under the context's math mode. */
+static inline cublasComputeType_t qg_cuda_f32_compute(const qg_ctx *ctx) {
+  return ctx->math == QG_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* ceil(n / d) as a launch dimension. */
+static inline unsigned qg_cuda_blocks(int64_t n, int d) { return (unsigned)((n + d - 1) / d); }
+
+#define QG_CUDA_CHECK(ctx, fn, expr) QG_CHECK(qg_cuda_status((ctx), (fn), (expr)))
+#define QG_CUBLAS_CHECK(ctx, fn, expr) QG_CHECK(qg_cublas_status((ctx), (fn), (expr)))
+
+#endif
