@@ -91,6 +91,16 @@ qg_status qg_ctx_set_math(qg_ctx *ctx, int math) {
 
 int qg_ctx_math(const qg_ctx *ctx) { return ctx ? ctx->math : QG_MATH_STRICT; }
 
+qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path) {
+  if (!ctx) return QG_ERR_ARG;
+  if (path != QG_PATH_AUTO && path != QG_PATH_PERSISTENT && path != QG_PATH_FALLBACK)
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "kernel path %d is not QG_PATH_AUTO (0), QG_PATH_PERSISTENT (1) or QG_PATH_FALLBACK (2)", path);
+  ctx->kernel_path = path;
+  return QG_OK;
+}
+
+int qg_ctx_kernel_path(const qg_ctx *ctx) { return ctx ? ctx->kernel_path : QG_PATH_AUTO; }
+
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx) {
   return ctx ? ctx->workspace_bytes + ctx->dev_workspace_bytes : 0;
 }

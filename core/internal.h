@@ -23,6 +23,7 @@ struct qg_ctx {
   void *dev_workspace;        /* device workspace, grow-only */
   int64_t dev_workspace_bytes;
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
+  int kernel_path;            /* qg_kernel_path: which GPU recurrence the GRUs run */
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };

@@ -59,6 +59,11 @@ typedef enum { QG_CPU = 0, QG_CUDA = 1 } qg_device;
  * TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores. The integer forward
  * is exact in every mode; the CPU ignores the setting. */
 typedef enum { QG_MATH_STRICT = 0, QG_MATH_TF32 = 1 } qg_math;
+/* Which GPU recurrence the GRU forwards/backwards run. AUTO (the default) picks the persistent
+ * kernel (R on chip, one launch for all steps) where the shape fits it and the GEMM-per-step
+ * fallback otherwise; PERSISTENT and FALLBACK force one (tests run both; a forced PERSISTENT on
+ * a shape it cannot hold is a QG_ERR_UNSUPPORTED error naming the limit). The CPU ignores it. */
+typedef enum { QG_PATH_AUTO = 0, QG_PATH_PERSISTENT = 1, QG_PATH_FALLBACK = 2 } qg_kernel_path;
 
 typedef struct qg_ctx qg_ctx;
 
@@ -88,6 +93,8 @@ qg_status qg_ctx_synchronize(qg_ctx *ctx);
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx);
 qg_status qg_ctx_set_math(qg_ctx *ctx, int math);   /* math: a qg_math value */
 int qg_ctx_math(const qg_ctx *ctx);
+qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path);   /* path: a qg_kernel_path value */
+int qg_ctx_kernel_path(const qg_ctx *ctx);
 /* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
 qg_status qg_set_num_threads(qg_ctx *ctx, int n);
 /* Monotonic wall clock in seconds (for progress lines and benchmarks). */

@@ -1,5 +1,5 @@
 /*
- * cuda_common.cuh: what every kernels/*.cu file shares: the context's stream and cuBLAS handle,
+ * cuda_common.cuh: what every kernels/<op>.cu file shares: the context's stream and cuBLAS handle,
  * CUDA error to qg_status conversion (nothing raises or exits; the message names the call), the
  * device workspace, and launch-size helpers. Backend functions (qg_cuda_<op>, declared by
  * core/backend.h) trust their arguments: the front door in core/<op>.c has validated them.

@@ -56,6 +56,8 @@ local contexts = {}
 local default_seed = 0
 local math_mode = "strict"
 local math_modes = { strict = lib.QG_MATH_STRICT, tf32 = lib.QG_MATH_TF32 }
+local kernel_path = "auto"
+local kernel_paths = { auto = lib.QG_PATH_AUTO, persistent = lib.QG_PATH_PERSISTENT, fallback = lib.QG_PATH_FALLBACK }
 
 -- The context for a device, created on first use.
 function M.context(device)
@@ -73,6 +75,7 @@ function M.context(device)
   end
   ctx = ffi.gc(out[0], lib.qg_ctx_destroy)
   M.check(ctx, lib.qg_ctx_set_math(ctx, math_modes[math_mode]), 2)
+  M.check(ctx, lib.qg_ctx_set_kernel_path(ctx, kernel_paths[kernel_path]), 2)
   contexts[device] = ctx
   return ctx
 end
@@ -86,6 +89,15 @@ function M.set_math(mode)
   math_mode = mode
 end
 function M.math() return math_mode end
+
+-- "auto" | "persistent" | "fallback": which GPU recurrence the GRUs run (tests force each).
+function M.set_kernel_path(path)
+  local p = kernel_paths[path]
+  if not p then error("qgru.setKernelPath: expected 'auto', 'persistent' or 'fallback', got " .. tostring(path), 3) end
+  for _, ctx in pairs(contexts) do M.check(ctx, lib.qg_ctx_set_kernel_path(ctx, p), 3) end
+  kernel_path = path
+end
+function M.kernel_path() return kernel_path end
 
 function M.cuda_available()
   return lib.qgru_has_cuda() ~= 0 and lib.qg_cuda_device_count() > 0

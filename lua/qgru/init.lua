@@ -41,6 +41,9 @@ function qgru.cudaAvailable() return clib.cuda_available() end
 -- ignores it.
 function qgru.setMath(mode) clib.set_math(mode) end
 function qgru.math() return clib.math() end
+-- "auto" | "persistent" | "fallback": the GPU recurrence of the GRUs (auto picks by shape).
+function qgru.setKernelPath(path) clib.set_kernel_path(path) end
+function qgru.kernelPath() return clib.kernel_path() end
 
 -- Seeds the RNG used for initialisation (and everything else drawn from the contexts).
 function qgru.seed(s) clib.seed(s) end

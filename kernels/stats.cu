@@ -1,0 +1,43 @@
+/*
+ * stats.cu: qg_cuda_stats_add, the CUDA backend of qg_stats_add (core/calib.c): every value of a
+ * device tensor (f32 or f64) enters one statistics row through the shared observer of stats.cuh.
+ * Min/max are first reduced within each warp (order-independent), so one compare-and-swap per warp
+ * reaches global memory; histogram counts are integer atomics.
+ */
+#include "cuda_common.cuh"
+#include "stats.cuh"
+
+template <typename T>
+__global__ void stats_add_kernel(double *range, int64_t *counts, const T *values, int64_t n) {
+  const double lo = range[2], hi = range[3];
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const double v = (double)values[i];
+    if (v != v) continue;
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+    if (hi > lo) atomicAdd((unsigned long long *)(counts + qg_stats_bin(lo, hi, v)), 1ull);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
+    mn = a < mn ? a : mn;
+    mx = b > mx ? b : mx;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (mn <= mx) { qg_atomic_min_f64(range, mn); qg_atomic_max_f64(range + 1, mx); }
+  }
+}
+
+extern "C" qg_status qg_cuda_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values) {
+  double *range = (double *)stats->range->data + 4 * (int64_t)row;
+  int64_t *counts = (int64_t *)stats->counts->data + (int64_t)QG_STATS_BINS * row;
+  const int64_t n = values->numel;
+  if (n == 0) return QG_OK;
+  const int threads = 256;
+  const unsigned blocks = (unsigned)(n / threads + 1 < 1024 ? n / threads + 1 : 1024);
+  if (values->dtype == QG_F32)
+    stats_add_kernel<float><<<blocks, threads, 0, qg_cuda_stream(ctx)>>>(range, counts, (const float *)values->data, n);
+  else
+    stats_add_kernel<double><<<blocks, threads, 0, qg_cuda_stream(ctx)>>>(range, counts, (const double *)values->data, n);
+  return qg_cuda_launched(ctx, "qg_stats_add");
+}
