@@ -119,14 +119,18 @@ qg_status qg_tensor_create(qg_ctx *ctx, qg_tensor **out, int dtype, int device, 
 qg_status qg_tensor_view(qg_ctx *ctx, qg_tensor **out, const qg_tensor *src, int64_t offset, int ndim, const int64_t *dims);
 void qg_tensor_free(qg_tensor *t);       /* NULL is allowed; frees data only when owned */
 
-/* Non-finite values of t (f32/f64, CPU): *count = how many entries are NaN or +-Inf, *first_index
- * = the flat (row-major) index of the first one, or -1 when there is none. Integer dtypes have no
- * non-finite values (count 0, first_index -1). A CUDA tensor is QG_ERR_DEVICE. */
+/* Non-finite values of t (f32/f64, any device): *count = how many entries are NaN or +-Inf,
+ * *first_index = the flat (row-major) index of the first one, or -1 when there is none. Integer
+ * dtypes have no non-finite values (count 0, first_index -1). A CUDA tensor is counted on the
+ * device; the two numbers come back to the host (the call synchronizes the context's stream). */
 qg_status qg_count_nonfinite(qg_ctx *ctx, int64_t *count, int64_t *first_index, const qg_tensor *t);
 
-/* dst = src elementwise. Same numel; any devices (cpu<->cuda); dtypes may differ only on the CPU
- * (converted by C casts; float->int truncates toward zero). */
+/* dst = src elementwise. Same numel; any devices (cpu<->cuda). dtypes may differ when dst and src
+ * are on the same device (either one) and do not share memory: every value is converted as
+ * (dst type)(double)src by C casts (float->int truncates toward zero; values outside the target
+ * type's range are undefined, as in C). */
 qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src);
+/* Every element of t (any dtype, any device) = (element type)value (a C cast; 0 and -0 give +0). */
 qg_status qg_fill(qg_ctx *ctx, qg_tensor *t, double value);
 /* Raw bytes in and out of host memory, for the Lua side (nbytes must equal t's byte size). */
 qg_status qg_copy_from_host(qg_ctx *ctx, qg_tensor *dst, const void *host, int64_t nbytes);
@@ -142,7 +146,8 @@ qg_status qg_index_select(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, con
 /* y += alpha * x (f32 or f64, same shape); t *= alpha. */
 qg_status qg_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x);
 qg_status qg_scale(qg_ctx *ctx, qg_tensor *t, double alpha);
-/* *out = sum of squares of t (accumulated in double). */
+/* *out = sum of squares of t (accumulated in double: in element order on the CPU, in a fixed order
+ * that depends only on numel on a GPU, so a result is the same run to run). */
 qg_status qg_sum_squares(qg_ctx *ctx, double *out, const qg_tensor *t);
 /* out: i64 [N], the index of the largest value of each row of x [N, K] (first on ties). */
 qg_status qg_argmax_rows(qg_ctx *ctx, qg_tensor *out, const qg_tensor *x);
