@@ -16,15 +16,18 @@ local opt = cli.main(arg, {
   calib_batches = { 8, "calibration batches", { int = true, min = 1 } },
   batch_size = { 256, "calibration and evaluation batch size", { int = true, min = 1 } },
   hidden = { 128, "GRU hidden size of the float model", { int = true, min = 1 } },
+  device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
 }, "recipes/calibrate.lua: post-training quantization of a float GRU", function(o)
   if not zoo.exists(o.weights) then
     error("qgru: no float weights at " .. o.weights .. ": run ./qgru recipes/train_float.lua first (or pass --weights)", 0)
   end
   quant.config(o.config)
+  qgru.setDevice(o.device)
 end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/calibrate.lua\n" .. cli.describe(opt))
+log("device: " .. qgru.device() .. (qgru.device() == "cuda" and ("  (math " .. qgru.math() .. ")") or ""))
 local cfg = quant.config(opt.config)
 local model = zoo.fmnistGRU(opt.hidden)
 qgru.load(model, opt.weights)

@@ -13,14 +13,17 @@ local opt = cli.main(arg, {
   qparams = { "runs/qat/qparams.json", "quantization parameters (qgru-qparams v1)" },
   hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   evaluate = { true, "check the integer model's test accuracy" },
+  device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
 }, "recipes/export.lua: qgru-qparams, AIMET encodings and integer weight codes", function(o)
   for _, p in ipairs({ o.weights, o.qparams }) do
     if not zoo.exists(p) then error("qgru: " .. p .. " does not exist: run recipes/qat.lua first (or pass --weights / --qparams)", 0) end
   end
+  qgru.setDevice(o.device)
 end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/export.lua\n" .. cli.describe(opt))
+log("device: " .. qgru.device() .. (qgru.device() == "cuda" and ("  (math " .. qgru.math() .. ")") or ""))
 local model = zoo.fmnistGRU(opt.hidden)
 qgru.load(model, opt.weights)
 quant.prepare(model, quant.uniform(8))   -- bitwidths and parameters come from the file

@@ -23,13 +23,16 @@ local opt = cli.main(arg, {
   hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   seed = { 1, "seed" },
   train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
+  device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
 }, "recipes/qat.lua: float -> calibrate -> QAT -> export", function(o)
   quant.config(o.config)   -- a bad config stops the run before anything is loaded
+  qgru.setDevice(o.device)
 end)
 
 local dir, log = zoo.run(opt.name)
 local cf = assert(io.open(dir .. "/config.txt", "w")); cf:write(cli.describe(opt), "\n"); cf:close()
 log("qgru " .. qgru.VERSION .. "  recipes/qat.lua\n" .. cli.describe(opt))
+log("device: " .. qgru.device() .. (qgru.device() == "cuda" and ("  (math " .. qgru.math() .. ")") or ""))
 local cfg = quant.config(opt.config)
 qgru.seed(opt.seed)
 local model = zoo.fmnistGRU(opt.hidden)

@@ -19,8 +19,10 @@ local opt = cli.main(arg, {
   train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
   resume = { "", "checkpoint to resume from" },
   data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
+  device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
 }, "recipes/train_float.lua: float GRU on Fashion-MNIST rows", function(o)
   if o.resume ~= "" and not zoo.exists(o.resume) then error("qgru: --resume " .. o.resume .. ": no such file", 0) end
+  qgru.setDevice(o.device)
 end)
 
 local run_dir, log = zoo.run(opt.name, opt.resume ~= "")
@@ -28,6 +30,7 @@ local cfg = assert(io.open(run_dir .. "/config.txt", "w"))
 cfg:write(cli.describe(opt), "\n")
 cfg:close()
 log("qgru " .. qgru.VERSION .. "  recipes/train_float.lua\n" .. cli.describe(opt))
+log("device: " .. qgru.device() .. (qgru.device() == "cuda" and ("  (math " .. qgru.math() .. ")") or ""))
 
 if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
 qgru.seed(opt.seed)

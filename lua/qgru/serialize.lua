@@ -24,9 +24,14 @@ function M.mkdir(path)
   return path
 end
 
--- save(path, {name = Tensor, ...}, {key = "string", ...})
+-- save(path, {name = Tensor, ...}, {key = "string", ...}). Tensors may live on any device: CUDA
+-- ones are read through the cuda context, whose stream orders the copy after the work that wrote
+-- them (one device-to-host copy per tensor).
 function M.save(path, tensors, metadata)
   local ctx = cpu_ctx()
+  for _, t in pairs(tensors) do
+    if t:device() ~= "cpu" then ctx = clib.context(t:device()); break end
+  end
   local out = ffi.new("qg_st_writer*[1]")
   check(ctx, lib.qg_st_writer_create(ctx, out))
   local w = ffi.gc(out[0], lib.qg_st_writer_free)

@@ -47,7 +47,8 @@ end
 
 -- t on device: itself when it is there, else a copy into a staging tensor kept in bufs[key]
 -- (re-created only when the shape or dtype changes), so a step moves its batch with one copy
--- per tensor and allocates nothing in steady state.
+-- per tensor and allocates nothing in steady state. Exported as train.toDevice for loops that
+-- do not use the engine (recipes/sweep.lua's timing).
 local function to_device(bufs, key, t, device)
   if t:device() == device then return t end
   local b = bufs[key]
@@ -58,6 +59,8 @@ local function to_device(bufs, key, t, device)
   end
   return b:copy(t)
 end
+
+train.toDevice = to_device
 
 local Engine = class("train.Engine")
 train.Engine = Engine
@@ -116,7 +119,7 @@ local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuff
 local builtin = {}
 
 -- Options that may change between a run and its resume (the rest must be equal).
-train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true }
+train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true, device = true }
 
 -- Resumes from checkpoint o.resume: everything (tensors, metadata, quantizers, the options of
 -- the run) is checked before anything is loaded; on any mismatch nothing changes.
