@@ -141,7 +141,8 @@ qg_status qg_normal(qg_ctx *ctx, qg_tensor *t, double mean, double std);
 /* out: i64 [n], a permutation of 0..n-1 drawn from its own generator seeded with seed
  * (stateless, so a data order is a pure function of (seed, epoch)). */
 qg_status qg_randperm(qg_ctx *ctx, qg_tensor *out, uint64_t seed);
-/* out [len(index), ...] = src[index[i], ...] along dim 0. index: i64 [k], each in [0, src.dims[0]). */
+/* out [len(index), ...] = src[index[i], ...] along dim 0. index: i64 [k], each in [0, src.dims[0])
+ * (checked before out is written; on a GPU the check's answer comes back to the host). */
 qg_status qg_index_select(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, const qg_tensor *index);
 /* y += alpha * x (f32 or f64, same shape); t *= alpha. */
 qg_status qg_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x);
@@ -207,7 +208,8 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
 
 /* ---- losses (mean over the batch) ----------------------------------------------------------
  * Cross-entropy with logits: logits [N, K] f32, target i64 [N] in [0, K).
- * *loss = mean_n (logsumexp(logits_n) - logits_n[target_n]), computed in double.
+ * *loss = mean_n (logsumexp(logits_n) - logits_n[target_n]), computed in double. The host numbers
+ * these calls return (*loss, *correct) come back from a GPU with one small copy each.
  * dlogits [N, K] OVERWRITTEN with d(mean loss)/dlogits, scaled by scale (NULL to skip).          */
 qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
                            const qg_tensor *logits, const qg_tensor *target, double scale);
