@@ -25,7 +25,7 @@ function U.randomConfig(seed, lo, hi)
 end
 
 -- A quantized, calibrated model. c: {seed, T, N, C, H, L, bidir, h0, lengths, head, cfg | lo, hi,
--- method}. Returns {model, gru, x, h0, lengths (Lua list or nil), y, hn, logits}.
+-- method, widen}. Returns {model, gru, x, h0, lengths (Lua list or nil), y, hn, logits}.
 function U.build(c)
   qgru.seed(c.seed)
   local gru = nn.GRU(c.C, c.H, { layers = c.L, bidirectional = c.bidir })
@@ -38,6 +38,13 @@ function U.build(c)
   local calib = {}
   for i = 1, 2 do calib[i] = qgru.zeros({ c.T, 3, c.C }):uniform(-1.5, 1.5) end
   quant.calibrate(model, calib, { method = c.method or "minmax", passes = 2 })
+  if c.widen then
+    -- every calibrated activation range 4x wider (e - 2): nothing clips (a near-float model)
+    for _, e in ipairs(quant.quantizers(model)) do
+      local q = e.quantizer
+      if not q.per_channel and not q.fixed then q:set(q.e - 2, q.is_symmetric and 0 or math.floor(q.z / 4)) end
+    end
+  end
   quant.freeze(model)
   model:evaluate()
   local x = qgru.zeros({ c.T, c.N, c.C }):uniform(-1.6, 1.6)
