@@ -126,16 +126,42 @@ def pow2(k):
     return np.ldexp(np.float32(1), k).astype(np.float32)
 
 
-def fits_i32(arr, what):
-    arr = np.asarray(arr, dtype=object)
-    if arr.size and (max(int(v) for v in arr.flat) > 2 ** 24 or min(int(v) for v in arr.flat) < -2 ** 24):
-        fail("%s: a constant beyond 2^24" % what)
-    return np.asarray(arr, dtype=np.int64).astype(np.int32)
+F32_EXACT = 2 ** 24   # float32 holds every integer up to here exactly
+I32_MAX = 2 ** 31 - 1
+
+
+def maxc(q):
+    """Largest |code - z| of a grid."""
+    return max(q.qmax - q.z, q.z - q.qmin)
+
+
+def exact_or_fail(bound, sexp, q, what):
+    """The integer v (|v| <= bound) goes through Cast(int32 -> float) and QuantizeLinear(scale
+    2^sexp): exact when |v| <= 2^24, or when every |v| > 2^24 saturates q's grid anyway (the
+    float rounding of v then changes nothing). sexp may be per channel."""
+    bound = np.asarray(bound, dtype=object)
+    sexp = np.broadcast_to(np.asarray(sexp, dtype=np.int64), bound.shape)
+    if np.any(bound > I32_MAX):
+        i = int(np.argmax(bound > I32_MAX))
+        fail("%s reaches 2^%.1f, beyond int32 (channel %d)" % (what, np.log2(float(bound.flat[i])), i))
+    for i, (bv, se) in enumerate(zip(bound.flat, sexp.flat)):
+        if bv > F32_EXACT and 2.0 ** (24 - int(se)) <= maxc(q) + 1:
+            fail("%s reaches 2^%.1f > 2^24 (channel %d), beyond float32's exact integers, before a requantization by 2^%d that "
+                 "does not saturate there: the Cast before QuantizeLinear would round it (use --format c)" % (
+                     what, np.log2(float(bv)), i, int(se)))
+
+
+def as_i32(vals, what):
+    vals = np.asarray(vals, dtype=object)
+    if vals.size and max(abs(int(v)) for v in vals.flat) > I32_MAX:
+        fail("%s: a constant beyond int32" % what)
+    return np.asarray([int(v) for v in vals.flat], dtype=np.int64).reshape(vals.shape).astype(np.int32)
 
 
 def requant(b, v, k, q, axis=None):
     """Integer tensor v (int32) at scale 2^-s requantized to q, k = s - e (scalar or per channel
-    along axis): Cast to float (exact: |v| <= 2^24) and QuantizeLinear(scale 2^k, zero point z)."""
+    along axis): Cast to float and QuantizeLinear(scale 2^k, zero point z), then Clip to the grid
+    where it is narrower than the QuantizeLinear type. The caller has checked exact_or_fail."""
     onnx_t, np_t, lo, hi = q.storage()
     f = b.op("Cast", [v], "f", to=F32)
     k = np.asarray(k, dtype=np.int64)
@@ -164,10 +190,12 @@ def centered(b, v, z):
 
 
 def mul(b, v, k):
-    k = np.asarray(k)
-    if k.ndim == 0 and int(k) == 1:
-        return v
-    return b.op("Mul", [v, b.const(k.astype(np.int32)) if k.ndim else b.i32(int(k))], "m")
+    k = np.asarray(k, dtype=object)
+    if k.ndim == 0:
+        return v if int(k) == 1 else b.op("Mul", [v, b.i32(int(k))], "m")
+    if all(int(x) == int(k.flat[0]) for x in k.flat):
+        return mul(b, v, int(k.flat[0]))
+    return b.op("Mul", [v, b.const(as_i32(k, "multiplier"))], "m")
 
 
 def dequantize(b, codes, q):
@@ -180,6 +208,10 @@ def gemm(b, L, codes, wkey, qin, qout, axis):
     """Requantized codes of (W - z_W)(x - z_x) over the last axis of codes (int32 [..., K])."""
     w = L["weights"][wkey]
     wq = Q({"bits": w["bits"], "unsigned": w["unsigned"], "exp2_inv": 0, "zero_point": 0, "qmin": w["qmin"], "qmax": w["qmax"]})
+    k = w["e"] + qin.e - qout.e
+    exact_or_fail(np.abs(w["codes"] - w["z"][:, None]).sum(axis=1) * maxc(qin), k, qout,
+                  "%s.%s: the accumulator of %s times %s" % (L["name"], "matmul.Wx" if wkey == "W" else "matmul.Rh",
+                                                            "weight.W" if wkey == "W" else "weight.R", "input.x" if wkey == "W" else "output.h"))
     if qin.bits <= 8 and wq.bits <= 8:
         _, xt, _, _ = qin.storage()
         _, wt, _, _ = wq.storage()
@@ -188,14 +220,59 @@ def gemm(b, L, codes, wkey, qin, qout, axis):
                                      b.const(w["z"].astype(wt), wkey + "_zp")], "acc")
     else:
         wc = (w["codes"] - w["z"][:, None]).T
-        acc = b.op("MatMul", [centered(b, codes, qin.z), b.const(fits_i32(wc, wkey), wkey + "Tc")], "acc")
-    return requant(b, acc, w["e"] + qin.e - qout.e, qout, axis=axis)
+        acc = b.op("MatMul", [centered(b, codes, qin.z), b.const(as_i32(wc, wkey), wkey + "Tc")], "acc")
+    return requant(b, acc, k, qout, axis=axis)
+
+
+def aligned_sum(b, name, terms, bias, q):
+    """Requantization to q of the exact sum of variable terms (centered int32 tensors [N, H],
+    with their exponents and bounds: (tensor, e, bound)) and a constant per-channel bias (a list
+    of (centered code, exponent) per channel, or None), aligned to the finest scale of each
+    channel (QUANT_SPEC.md section 3, step 3).
+    The bias exponents can make that scale much finer than the variable terms' (a small bias
+    calibrated with a fine exponent), and the aligned sum beyond float32's exact integers. So the
+    sum is not formed at that scale: with ev the finest variable exponent, V the exact sum of the
+    variable terms at ev, S = 2^g V + B (g = em - ev, B the aligned bias constant) and k = em - e
+    the requantization shift, rne(S / 2^k) is computed exactly from a smaller integer S2 = A V + C:
+      k <= 0:      S2 = S, scale 2^k (no rounding)
+      k <= g + 1:  guard and sticky bits: S2 = 2 floor(S / 2^(k-1)) + [S mod 2^(k-1) != 0], scale 4
+                   (2^g V is a multiple of 2^(k-1), so A = 2^(g-k+2), C = 2 floor(B / 2^(k-1)) + sticky)
+      k > g + 1:   S = 2^g (V + floor(B / 2^g)) + (B mod 2^g): the remainder only acts as a sticky
+                   bit below V's scale: S2 = 2 (V + floor(B / 2^g)) + [B mod 2^g != 0], scale 2^(k-g+1)
+    (rne(x / 2^m) with a guard bit and a sticky bit below x is the classic exact reduction.)"""
+    ev = max(e for _, e, _ in terms)
+    v, vb = None, 0
+    for t, e, m in terms:
+        part = mul(b, t, 2 ** (ev - e))
+        vb += m * 2 ** (ev - e)
+        v = part if v is None else b.op("Add", [v, part], "v")
+    if bias is None:
+        exact_or_fail(vb, ev - q.e, q, name)
+        return requant(b, v, ev - q.e, q)
+    A, C, sexp, bound = [], [], [], []
+    for code, eb in bias:
+        em = max(ev, eb)
+        g, k = em - ev, em - q.e
+        B = int(code) * 2 ** (em - eb)
+        if k <= 0:
+            a, c, se = 2 ** g, B, k
+        elif k <= g + 1:
+            a, c, se = 2 ** (g - k + 2), 2 * (B >> (k - 1)) + (1 if B % 2 ** (k - 1) else 0), 2
+        else:
+            a, c, se = 2, 2 * (B >> g) + (1 if B % 2 ** g else 0), k - g + 1
+        A.append(a)
+        C.append(c)
+        sexp.append(se)
+        bound.append(a * vb + abs(c))
+    exact_or_fail(bound, sexp, q, name + ": the aligned sum")
+    s2 = b.op("Add", [mul(b, v, A), b.const(as_i32(C, name + " bias"), "bias")], "s2")
+    return requant(b, s2, np.asarray(sexp, dtype=np.int64), q, axis=1)
 
 
 def step(b, L, h, wx, valid):
     """One step of the cell for every row: h int32 [N, H] codes, wx int32 [N, 3H] matmul.Wx codes,
     valid bool [N, 1] or None. Returns the new h codes (int32 [N, H])."""
-    q, H = L["q"], L["hidden_size"]
+    q, H, nm = L["q"], L["hidden_size"], L["name"]
     QWX, QRH, QH = q["matmul.Wx"], q["matmul.Rh"], q["output.h"]
     QZ, QR, QG = q["gate.z_out"], q["gate.r_out"], q["gate.g_out"]
     QRRH, QOLD, QNEW = q["op.rRh"], q["op.old_contrib"], q["op.new_contrib"]
@@ -209,48 +286,70 @@ def step(b, L, h, wx, valid):
     rz, rr, rg = (centered(b, v, QRH.z) for v in (rz, rr, rg))
     bxc, brc = bx["codes"] - bx["z"], br["codes"] - br["z"]
 
-    def rows(k):
-        return slice(k * H, (k + 1) * H)
+    def bias(w, c, k, extra=None):
+        """Per channel of gate k: the bias terms as one (code, exponent) (two biases summed exactly)."""
+        out = []
+        for i in range(H):
+            j = k * H + i
+            if extra is None:
+                out.append((int(c[j]), int(w["e"][j])))
+            else:
+                w2, c2 = extra
+                e = max(int(w["e"][j]), int(w2["e"][j]))
+                out.append((int(c[j]) * 2 ** (e - int(w["e"][j])) + int(c2[j]) * 2 ** (e - int(w2["e"][j])), e))
+        return out
 
-    pre = {}
+    acts = {}
     for k, (g, wv, rv) in enumerate((("z", wz, rz), ("r", wr, rr))):
-        j = rows(k)
-        em = np.maximum(np.maximum(QWX.e, QRH.e), np.maximum(bx["e"][j], br["e"][j]))
-        bias = [int(a) * 2 ** int(c) + int(d) * 2 ** int(f) for a, c, d, f in zip(bxc[j], em - bx["e"][j], brc[j], em - br["e"][j])]
-        s = b.op("Add", [mul(b, wv, 2 ** (em - QWX.e)), mul(b, rv, 2 ** (em - QRH.e))], "s")
-        s = b.op("Add", [s, b.const(fits_i32(bias, "gate.%s_pre bias" % g), "bias_" + g)], "s")
         P = q["gate.%s_pre" % g]
-        qpre = requant(b, s, em - P.e, P, axis=1)
-        idx = centered(b, qpre, P.qmin)
-        pre[g] = b.op("Gather", [b.const(L["lut"][g], "table_" + g), idx], "q" + g, axis=0)
+        qpre = aligned_sum(b, "%s.gate.%s_pre" % (nm, g), [(wv, QWX.e, maxc(QWX)), (rv, QRH.e, maxc(QRH))],
+                           bias(bx, bxc, k, (br, brc)), P)
+        acts[g] = b.op("Gather", [b.const(L["lut"][g], "table_" + g), centered(b, qpre, P.qmin)], "q" + g, axis=0)
     # Rh_g + br_g with matmul.Rh's quantizer
-    j = rows(2)
-    em = np.maximum(QRH.e, br["e"][j])
-    s = b.op("Add", [mul(b, rg, 2 ** (em - QRH.e)), b.const(fits_i32([int(a) * 2 ** int(c) for a, c in zip(brc[j], em - br["e"][j])],
-                                                                     "Rh_g + br_g bias"), "bias_rhb")], "s")
-    rhb = requant(b, s, em - QRH.e, QRH, axis=1)
-    prod = b.op("Mul", [centered(b, pre["r"], QR.z), centered(b, rhb, QRH.z)], "p")
-    rrh = requant(b, prod, QR.e + QRH.e - QRRH.e, QRRH)
-    em = np.maximum(np.maximum(QWX.e, QRRH.e), bx["e"][j])
-    s = b.op("Add", [mul(b, wg, 2 ** (em - QWX.e)), mul(b, centered(b, rrh, QRRH.z), 2 ** (em - QRRH.e))], "s")
-    s = b.op("Add", [s, b.const(fits_i32([int(a) * 2 ** int(c) for a, c in zip(bxc[j], em - bx["e"][j])], "gate.g_pre bias"), "bias_g")], "s")
+    rhb = aligned_sum(b, "%s.matmul.Rh (Rh_g + br_g)" % nm, [(rg, QRH.e, maxc(QRH))], bias(br, brc, 2), QRH)
+    exact_or_fail(maxc(QR) * maxc(QRH), QR.e + QRH.e - QRRH.e, QRRH, "%s.op.rRh: the product r (Rh_g + br_g)" % nm)
+    rrh = requant(b, b.op("Mul", [centered(b, acts["r"], QR.z), centered(b, rhb, QRH.z)], "p"), QR.e + QRH.e - QRRH.e, QRRH)
     P = q["gate.g_pre"]
-    qgpre = requant(b, s, em - P.e, P, axis=1)
+    qgpre = aligned_sum(b, "%s.gate.g_pre" % nm, [(wg, QWX.e, maxc(QWX)), (centered(b, rrh, QRRH.z), QRRH.e, maxc(QRRH))],
+                        bias(bx, bxc, 2), P)
     qg = b.op("Gather", [b.const(L["lut"]["g"], "table_g"), centered(b, qgpre, P.qmin)], "qg", axis=0)
-    zc = centered(b, pre["z"], QZ.z)
+    zc = centered(b, acts["z"], QZ.z)
+    exact_or_fail(maxc(QZ) * maxc(QH), QZ.e + QH.e - QOLD.e, QOLD, "%s.op.old_contrib: the product z h" % nm)
     old = requant(b, b.op("Mul", [zc, hc], "p"), QZ.e + QH.e - QOLD.e, QOLD)
-    one_minus_z = b.op("Sub", [b.i32(2 ** QZ.e), zc], "omz")
+    one = 2 ** QZ.e
+    exact_or_fail(max(abs(one - (QZ.qmin - QZ.z)), abs(one - (QZ.qmax - QZ.z))) * maxc(QG), QZ.e + QG.e - QNEW.e, QNEW,
+                  "%s.op.new_contrib: the product (1 - z) g" % nm)
+    one_minus_z = b.op("Sub", [b.i32(one), zc], "omz")
     new = requant(b, b.op("Mul", [one_minus_z, centered(b, qg, QG.z)], "p"), QZ.e + QG.e - QNEW.e, QNEW)
-    em = max(QOLD.e, QNEW.e)
-    s = b.op("Add", [mul(b, centered(b, old, QOLD.z), 2 ** (em - QOLD.e)), mul(b, centered(b, new, QNEW.z), 2 ** (em - QNEW.e))], "s")
-    hn = requant(b, s, em - QH.e, QH)
+    hn = aligned_sum(b, "%s.output.h" % nm, [(centered(b, old, QOLD.z), QOLD.e, maxc(QOLD)), (centered(b, new, QNEW.z), QNEW.e, maxc(QNEW))],
+                     None, QH)
     if valid is not None:
         hn = b.op("Where", [valid, hn, h], "h")
     return hn
 
 
+REQUANTIZED = ("input.x", "matmul.Wx", "matmul.Rh", "gate.z_pre", "gate.r_pre", "gate.g_pre", "op.rRh", "op.old_contrib",
+               "op.new_contrib", "output.h")
+
+
+def integer_opset(doc):
+    """13 when every requantized operator has at most 8 bits (int8/uint8 QuantizeLinear), 21 when
+    some have 9..16 (int16/uint16); wider ones have no QuantizeLinear type."""
+    opset = 13
+    for L in doc["layers_params"]:
+        for op in REQUANTIZED:
+            bits = L["q"][op].bits
+            if bits > 16:
+                fail("%s.%s has %d bits: QuantizeLinear gives 8- or 16-bit codes, so this requantization has no exact ONNX form "
+                     "(use --format c)" % (L["name"], op, bits))
+            if bits > 8:
+                opset = 21
+    return opset
+
+
 def build_integer(doc, unroll=None):
     """The integer model (see the top of this file)."""
+    integer_opset(doc)   # refuses > 16-bit requantized operators first
     b = Builder()
     Lc, Dn, H, C0 = doc["layers"], doc["directions"], doc["hidden_size"], doc["input_size"]
     T = unroll if unroll else "T"
@@ -315,7 +414,7 @@ def build_integer(doc, unroll=None):
     if doc.get("head"):
         add_head(b, doc["head"], prev_y)
         outputs.append(helper.make_tensor_value_info("logits", F32, ["N", doc["head"]["outputs"]]))
-    return finish(b, inputs, outputs, doc, "qgru_integer_gru", doc["opset"])
+    return finish(b, inputs, outputs, doc, "qgru_integer_gru", integer_opset(doc))
 
 
 def add_head(b, head, y):

@@ -62,7 +62,7 @@ end
 local function cfg(over) return qgru.quant.fromTable(json.decode(json.encode({ GRU_config = { operator_config = over } })), "test") end
 refused({ name = "float32 range", seed = 310, T = 3, N = 2, C = 3, H = 4, L = 1,
           cfg = cfg({ ["input.x"] = { bitwidth = 16 }, ["weight.W"] = { bitwidth = 16 } }) },
-        "export onnx: l0%.fwd%.matmul%.Wx: the accumulator of weight%.W times input%.x reaches 2%^[%d.]+ > 2%^24")
+        "export onnx: l0%.fwd%.matmul%.Wx: the accumulator of weight%.W times input%.x reaches 2%^[%d.]+")
 refused({ name = "20-bit rRh", seed = 311, T = 3, N = 2, C = 3, H = 4, L = 1, cfg = cfg({ ["op.rRh"] = { bitwidth = 20 } }) },
         "export onnx: l0%.fwd%.op%.rRh has 20 bits")
 refused({ name = "20-bit GEMM operand", seed = 312, T = 3, N = 2, C = 3, H = 4, L = 1, cfg = cfg({ ["input.x"] = { bitwidth = 20 } }) },

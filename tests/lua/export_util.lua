@@ -92,7 +92,8 @@ end
 
 -- Runs a command; returns ok, output.
 function U.run(cmd)
-  local f = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  -- (children do not inherit the sanitizer suite's LD_PRELOAD of libasan)
+  local f = io.popen("unset LD_PRELOAD; " .. cmd .. " 2>&1; echo \"rc=$?\"")
   local out = f:read("*a")
   f:close()
   local rc = tonumber(out:match("rc=(%d+)%s*$"))

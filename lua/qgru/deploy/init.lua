@@ -58,18 +58,51 @@ function M.exportONNX(model, dir, opts)
   opts = opts or {}
   serialize.mkdir(dir)
   local desc = model_desc.describe(model, { what = "export onnx" })
-  local json_path, opset = onnx_data.write(desc, dir, opts)
+  local json_path = onnx_data.write(desc, dir, opts)
   local python = opts.python or os.getenv("QGRU_PYTHON") or "python3"
   local argv = { python, root() .. "/tools/onnx_export.py", dir, "--qdq", dir .. "/model_qdq.onnx" }
   if opts.qdq_only then argv[#argv + 1] = "--qdq_only" else argv[#argv + 1] = "--out"; argv[#argv + 1] = dir .. "/model.onnx" end
   if opts.unroll then argv[#argv + 1] = "--unroll"; argv[#argv + 1] = tostring(opts.unroll) end
   if opts.dot then argv[#argv + 1] = "--dot"; argv[#argv + 1] = opts.dot end
-  local rc, err = spawn.run(argv)
+  local log = dir .. "/onnx_export.log"
+  local rc, err = spawn.run(argv, { stdout = log, stderr = log })
+  local f = io.open(log)
+  local text = f and f:read("*a") or ""
+  if f then f:close() end
   if rc ~= 0 then
-    error(string.format("qgru: export onnx: %s failed (%s); the model data is in %s (python3 tools/onnx_export.py %s builds it; it needs pip install onnx numpy)",
-                        python, err or ("exit status " .. tostring(rc)), dir, dir), 0)
+    local refusal = text:match("(qgru: export onnx: [^\n]*)")
+    if refusal then error(refusal, 0) end
+    error(string.format("qgru: export onnx: %s failed (%s): %s\nthe model data is in %s (python3 tools/onnx_export.py %s builds it; it needs pip install onnx numpy)",
+                        python, err or ("exit status " .. tostring(rc)), text:gsub("%s+$", ""):sub(-2000), dir, dir), 0)
   end
-  return { json = json_path, onnx = not opts.qdq_only and (dir .. "/model.onnx") or nil, qdq = dir .. "/model_qdq.onnx", opset = opset }
+  local opset = tonumber(text:match("model%.onnx %(opset (%d+)")) or tonumber(text:match("QDQ approximation, opset (%d+)"))
+  return { json = json_path, onnx = not opts.qdq_only and (dir .. "/model.onnx") or nil, qdq = dir .. "/model_qdq.onnx", opset = opset,
+           log = log }
+end
+
+-- recipes/export.lua's deployment formats (opt.format "c", "onnx" or "all"; opt.c_name, opt.unroll,
+-- opt.qdq_only, opt.python): writes dir/c/ and / or dir/onnx/ and logs what it wrote.
+function M.recipe(model, dir, opt, log)
+  local src = string.format("%s + %s", opt.weights, opt.qparams)
+  if opt.format == "c" or opt.format == "all" then
+    local paths, info = M.exportC(model, dir .. "/c", { name = opt.c_name, source_info = src })
+    log(string.format("wrote %s, %s, %s (scratch %d B, state %d B)", paths.header, paths.source, paths.driver, info.scratch_bytes,
+                      info.state_bytes))
+    for _, line in ipairs(info.plan) do log("  " .. line) end
+    if info.arm then
+      log(string.format("Cortex-M4 (arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -Os): flash %d B (text + rodata %d, data %d), RAM %d B static + %d B caller-owned (state %d, scratch %d; + %d B of work per step for %s)",
+                        info.arm.text + info.arm.data, info.arm.text, info.arm.data, info.arm.data + info.arm.bss,
+                        info.state_bytes + info.scratch_bytes, info.state_bytes, info.scratch_bytes, info.work_per_step_bytes,
+                        "sequences of 2+ layers"))
+    else
+      log("(no arm-none-eabi-gcc on PATH: no Cortex-M4 size; apt-get install gcc-arm-none-eabi)")
+    end
+  end
+  if opt.format == "onnx" or opt.format == "all" then
+    local r = M.exportONNX(model, dir .. "/onnx", { python = opt.python ~= "" and opt.python or nil, unroll = opt.unroll > 0 and opt.unroll or nil,
+                                                  qdq_only = opt.qdq_only, source_info = src })
+    log(string.format("wrote %s%s (opset %d), %s", r.onnx and (r.onnx .. ", ") or "", r.qdq, r.opset, r.json))
+  end
 end
 
 return M

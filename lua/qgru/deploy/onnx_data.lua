@@ -6,66 +6,16 @@
 --   local od = require("qgru.deploy.onnx_data")
 --   od.write(desc, dir)   -- desc from deploy/model.lua
 --
--- Exactness in ONNX (checked here, refused with the operator's name otherwise): every
--- requantization is Cast(int32 -> float) then QuantizeLinear with a power-of-two scale, which is
--- the exact rounding shift of QUANT_SPEC.md only while the integer is exact in float32, so every
--- GEMM accumulator, aligned sum and product must stay within 2^24; QuantizeLinear's outputs are
--- 8-bit (opset 13) or 16-bit (opset 21) types, so requantized operators have at most 16 bits.
+-- What is integer-deployable at all is checked by deploy/model.lua; what ONNX can hold exactly
+-- (float32's exact integers before each QuantizeLinear, 8/16-bit QuantizeLinear outputs) is
+-- checked by tools/onnx_export.py where it builds each operator, and refused there with the
+-- operator's name.
 local D = require("qgru.deploy.model")
 local data = require("qgru.data")
 local json = require("qgru.json")
 local Tensor = require("qgru.tensor")
 
 local M = {}
-
-local F32_EXACT = 2 ^ 24
-
-local function fail(fmt, ...) error("qgru: export onnx: " .. string.format(fmt, ...), 0) end
-
--- Operators whose codes come out of a QuantizeLinear (the others come from tables).
-M.REQUANTIZED = { "input.x", "matmul.Wx", "matmul.Rh", "gate.z_pre", "gate.r_pre", "gate.g_pre", "op.rRh", "op.old_contrib",
-                  "op.new_contrib", "output.h" }
-
--- Checks every bound of desc for the integer ONNX graph; returns the opset it needs (13 when every
--- requantized operator has at most 8 bits, else 21 for 16-bit QuantizeLinear outputs).
-function M.check(desc)
-  local opset = 13
-  for _, L in ipairs(desc.layer) do
-    local A = L.act
-    for _, op in ipairs(M.REQUANTIZED) do
-      local q = A[op]
-      if q.bits > 16 then
-        fail("%s.%s has %d bits: QuantizeLinear gives 8- or 16-bit codes, so this requantization has no exact ONNX form (use --format c)",
-             L.name, op, q.bits)
-      end
-      if q.bits > 8 then opset = 21 end
-    end
-    for _, g in ipairs({ { "W", "input.x", "matmul.Wx" }, { "R", "output.h", "matmul.Rh" } }) do
-      local b = D.gemmBound(L.w[g[1]], A[g[2]])
-      if b > F32_EXACT then
-        fail("%s.%s: the accumulator of %s times %s reaches 2^%.1f > 2^24, beyond float32's exact integers (the Cast before QuantizeLinear would round it); lower the bitwidths of %s / %s, or use --format c (or --qdq_only for the float approximation)",
-             L.name, g[3], D.WEIGHT_OP[g[1]], g[2], D.log2(b), D.WEIGHT_OP[g[1]], g[2])
-      end
-    end
-    for i = 1, L.H do
-      for _, s in ipairs(D.cellSums(L, i)) do
-        if s.bound > F32_EXACT then
-          local labels = {}
-          for _, t in ipairs(s.terms) do labels[#labels + 1] = t.label end
-          fail("%s.%s: the aligned sum of %s reaches 2^%.1f > 2^24 at the finest scale (unit %d), beyond float32's exact integers (use --format c)",
-               L.name, s.name, table.concat(labels, ", "), D.log2(s.bound), i - 1)
-        end
-      end
-    end
-    for _, p in ipairs(D.cellProducts(L)) do
-      if p.a * p.b > F32_EXACT then
-        fail("%s.%s: the product %s reaches 2^%.1f > 2^24, beyond float32's exact integers (use --format c)", L.name, p.name, p.what,
-             D.log2(p.a * p.b))
-      end
-    end
-  end
-  return opset
-end
 
 local function q_entry(q)
   return json.object("bits", q.bits, "unsigned", q.uns, "exp2_inv", q.e, "zero_point", q.z, "qmin", q.qmin, "qmax", q.qmax)
@@ -78,11 +28,9 @@ local function save(dir, file, vals, shape, dtype)
   return file
 end
 
--- Writes dir/model.json and the arrays; returns the path of model.json and the opset.
--- opts.qdq_only: the data for the QDQ approximation only (the exactness checks are skipped).
+-- Writes dir/model.json and the arrays; returns the path of model.json.
 function M.write(desc, dir, opts)
   opts = opts or {}
-  local opset = opts.qdq_only and 13 or M.check(desc)   -- (the QDQ form sets its own opset)
   local layers = {}
   for _, L in ipairs(desc.layer) do
     local act = {}
@@ -116,11 +64,11 @@ function M.write(desc, dir, opts)
   end
   local doc = json.object("format", "qgru-onnx-data", "version", 1, "source", opts.source_info or "a quantized qgru model",
     "input_size", desc.input_size, "hidden_size", desc.hidden_size, "layers", desc.layers, "directions", desc.dirs,
-    "output_size", desc.output_size, "gate_order", "z,r,g", "rounding", "half_to_even", "opset", opset,
+    "output_size", desc.output_size, "gate_order", "z,r,g", "rounding", "half_to_even",
     "layers_params", json.array(layers), "head", head)
   local path = dir .. "/model.json"
   json.write(path, doc)
-  return path, opset
+  return path
 end
 
 return M
