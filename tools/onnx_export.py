@@ -224,6 +224,29 @@ def gemm(b, L, codes, wkey, qin, qout, axis):
     return requant(b, acc, k, qout, axis=axis)
 
 
+def reduce_sum(ev, code, eb, e):
+    """(A, C, sexp) with rne(S / 2^k) == rne((A V + C) / 2^sexp) for every integer V, where
+    S = V 2^(em - ev) + code 2^(em - eb) is the sum aligned to em = max(ev, eb) and k = em - e
+    (see aligned_sum)."""
+    em = max(ev, eb)
+    g, k = em - ev, em - e
+    B = code * 2 ** (em - eb)
+    if k <= 0:
+        return 2 ** g, B, k
+    if k <= g + 1:
+        return 2 ** (g - k + 2), 2 * (B >> (k - 1)) + (1 if B % 2 ** (k - 1) else 0), 2
+    return 2, 2 * (B >> g) + (1 if B % 2 ** g else 0), k - g + 1
+
+
+def rne_div(v, k):
+    """Exact rne(v / 2^k) of integers (k may be <= 0)."""
+    if k <= 0:
+        return v * 2 ** -k
+    q, r = v >> k, v % 2 ** k
+    half = 2 ** (k - 1)
+    return q + (1 if r > half or (r == half and q % 2) else 0)
+
+
 def aligned_sum(b, name, terms, bias, q):
     """Requantization to q of the exact sum of variable terms (centered int32 tensors [N, H],
     with their exponents and bounds: (tensor, e, bound)) and a constant per-channel bias (a list
@@ -251,15 +274,7 @@ def aligned_sum(b, name, terms, bias, q):
         return requant(b, v, ev - q.e, q)
     A, C, sexp, bound = [], [], [], []
     for code, eb in bias:
-        em = max(ev, eb)
-        g, k = em - ev, em - q.e
-        B = int(code) * 2 ** (em - eb)
-        if k <= 0:
-            a, c, se = 2 ** g, B, k
-        elif k <= g + 1:
-            a, c, se = 2 ** (g - k + 2), 2 * (B >> (k - 1)) + (1 if B % 2 ** (k - 1) else 0), 2
-        else:
-            a, c, se = 2, 2 * (B >> g) + (1 if B % 2 ** g else 0), k - g + 1
+        a, c, se = reduce_sum(ev, int(code), eb, q.e)
         A.append(a)
         C.append(c)
         sexp.append(se)

@@ -15,6 +15,7 @@ local dir = assert(arg[1], "usage: make_cases.lua DIR")
 qgru.serialize.mkdir(dir)
 
 local int8 = function() return qgru.quant.uniform(8) end
+local function cfgt(over) return qgru.quant.fromTable(json.decode(json.encode({ GRU_config = { operator_config = over } })), "test") end
 local cases = {
   -- bit-exact integer graph (Scan), 1-3 layers, bidirectional, h0, lengths, mixed 2..8 bits
   { name = "mixed_l1", seed = 301, T = 7, N = 4, C = 3, H = 5, L = 1, bidir = false, h0 = false, lengths = true, lo = 2, hi = 8 },
@@ -23,6 +24,11 @@ local cases = {
   { name = "mixed_l3", seed = 304, T = 5, N = 3, C = 2, H = 3, L = 3, bidir = false, h0 = true, lengths = true, lo = 2, hi = 8, method = "histogram" },
   -- 9..12-bit operators: 16-bit QuantizeLinear (opset 21) and int32 MatMul
   { name = "wide_l2_bidir", seed = 305, T = 6, N = 3, C = 3, H = 3, L = 2, bidir = true, h0 = true, lengths = true, lo = 6, hi = 11 },
+  -- 16-bit biases (fine per-channel exponents) with 8-bit matmuls and 12-bit pre-activations:
+  -- the aligned sums need the guard / sticky reduction of tools/onnx_export.py (all its branches)
+  { name = "fine_bias_l1_bidir", seed = 313, T = 7, N = 4, C = 3, H = 6, L = 1, bidir = true, h0 = true, lengths = true,
+    cfg = cfgt({ ["weight.bw"] = { bitwidth = 16 }, ["weight.br"] = { bitwidth = 16 }, ["gate.z_pre"] = { bitwidth = 12 },
+                 ["gate.r_pre"] = { bitwidth = 12 }, ["gate.g_pre"] = { bitwidth = 10 }, ["matmul.Rh"] = { bitwidth = 6 } }) },
   -- unrolled for a fixed T
   { name = "mixed_l2_unrolled", seed = 306, T = 5, N = 3, C = 3, H = 4, L = 2, bidir = true, h0 = true, lengths = true, lo = 2, hi = 8, unroll = 5 },
   -- int8 models: the QDQ approximation is compared with a tolerance
