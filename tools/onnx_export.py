@@ -104,9 +104,12 @@ class Builder:
             self.consts[key] = name
         return self.consts[key]
 
-    def op(self, kind, inputs, base=None, outputs=1, **attrs):
+    def op(self, kind, inputs, base=None, outputs=1, doc=None, **attrs):
         outs = [self.fresh(base or kind.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(kind, inputs, outs, name=self.fresh("n_" + kind), **attrs))
+        node = helper.make_node(kind, inputs, outs, name=self.fresh("n_" + kind), **attrs)
+        if doc:
+            node.doc_string = doc
+        self.nodes.append(node)
         return outs[0] if outputs == 1 else outs
 
     def i32(self, v, base="k"):
@@ -158,7 +161,7 @@ def as_i32(vals, what):
     return np.asarray([int(v) for v in vals.flat], dtype=np.int64).reshape(vals.shape).astype(np.int32)
 
 
-def requant(b, v, k, q, axis=None):
+def requant(b, v, k, q, axis=None, label=None):
     """Integer tensor v (int32) at scale 2^-s requantized to q, k = s - e (scalar or per channel
     along axis): Cast to float and QuantizeLinear(scale 2^k, zero point z), then Clip to the grid
     where it is narrower than the QuantizeLinear type. The caller has checked exact_or_fail."""
@@ -166,19 +169,20 @@ def requant(b, v, k, q, axis=None):
     f = b.op("Cast", [v], "f", to=F32)
     k = np.asarray(k, dtype=np.int64)
     if k.ndim == 0:
-        ql = b.op("QuantizeLinear", [f, b.f32(pow2(k), "scale"), b.const(np.array(q.z, np_t), "zp")], "q")
+        ql = b.op("QuantizeLinear", [f, b.f32(pow2(k), "scale"), b.const(np.array(q.z, np_t), "zp")], "q", doc=label)
     else:
-        ql = b.op("QuantizeLinear", [f, b.const(pow2(k), "scale"), b.const(np.full(k.shape, q.z, np_t), "zp")], "q", axis=axis)
+        ql = b.op("QuantizeLinear", [f, b.const(pow2(k), "scale"), b.const(np.full(k.shape, q.z, np_t), "zp")], "q", axis=axis,
+                  doc=label)
     c = b.op("Cast", [ql], "code", to=I32)
     if q.qmin != lo or q.qmax != hi:
         c = b.op("Clip", [c, b.i32(q.qmin), b.i32(q.qmax)], "code")
     return c
 
 
-def quantize_float(b, x, q):
+def quantize_float(b, x, q, label=None):
     """clamp(rne(x 2^e) + z) of a float tensor, as int32 codes."""
     onnx_t, np_t, lo, hi = q.storage()
-    ql = b.op("QuantizeLinear", [x, b.f32(pow2(-q.e), "scale"), b.const(np.array(q.z, np_t), "zp")], "q")
+    ql = b.op("QuantizeLinear", [x, b.f32(pow2(-q.e), "scale"), b.const(np.array(q.z, np_t), "zp")], "q", doc=label)
     c = b.op("Cast", [ql], "code", to=I32)
     if q.qmin != lo or q.qmax != hi:
         c = b.op("Clip", [c, b.i32(q.qmin), b.i32(q.qmax)], "code")
@@ -217,11 +221,11 @@ def gemm(b, L, codes, wkey, qin, qout, axis):
         _, wt, _, _ = wq.storage()
         a = b.op("Cast", [codes], "a8", to=qin.storage()[0])
         acc = b.op("MatMulInteger", [a, b.const(w["codes"].T.astype(wt), wkey + "T"), b.const(np.array(qin.z, xt), "az"),
-                                     b.const(w["z"].astype(wt), wkey + "_zp")], "acc")
+                                     b.const(w["z"].astype(wt), wkey + "_zp")], "acc", doc="W x" if wkey == "W" else "R h")
     else:
         wc = (w["codes"] - w["z"][:, None]).T
-        acc = b.op("MatMul", [centered(b, codes, qin.z), b.const(as_i32(wc, wkey), wkey + "Tc")], "acc")
-    return requant(b, acc, k, qout, axis=axis)
+        acc = b.op("MatMul", [centered(b, codes, qin.z), b.const(as_i32(wc, wkey), wkey + "Tc")], "acc", doc="W x" if wkey == "W" else "R h")
+    return requant(b, acc, k, qout, axis=axis, label="matmul.Wx" if wkey == "W" else "matmul.Rh")
 
 
 def reduce_sum(ev, code, eb, e):
@@ -263,6 +267,7 @@ def aligned_sum(b, name, terms, bias, q):
       k > g + 1:   S = 2^g (V + floor(B / 2^g)) + (B mod 2^g): the remainder only acts as a sticky
                    bit below V's scale: S2 = 2 (V + floor(B / 2^g)) + [B mod 2^g != 0], scale 2^(k-g+1)
     (rne(x / 2^m) with a guard bit and a sticky bit below x is the classic exact reduction.)"""
+    label = name.split(".", 2)[2].split(" ")[0] if name.count(".") >= 2 else name
     ev = max(e for _, e, _ in terms)
     v, vb = None, 0
     for t, e, m in terms:
@@ -271,7 +276,7 @@ def aligned_sum(b, name, terms, bias, q):
         v = part if v is None else b.op("Add", [v, part], "v")
     if bias is None:
         exact_or_fail(vb, ev - q.e, q, name)
-        return requant(b, v, ev - q.e, q)
+        return requant(b, v, ev - q.e, q, label=label)
     A, C, sexp, bound = [], [], [], []
     for code, eb in bias:
         a, c, se = reduce_sum(ev, int(code), eb, q.e)
@@ -281,7 +286,7 @@ def aligned_sum(b, name, terms, bias, q):
         bound.append(a * vb + abs(c))
     exact_or_fail(bound, sexp, q, name + ": the aligned sum")
     s2 = b.op("Add", [mul(b, v, A), b.const(as_i32(C, name + " bias"), "bias")], "s2")
-    return requant(b, s2, np.asarray(sexp, dtype=np.int64), q, axis=1)
+    return requant(b, s2, np.asarray(sexp, dtype=np.int64), q, axis=1, label=label + (" (Rh_g + br_g)" if "Rh_g" in name else ""))
 
 
 def step(b, L, h, wx, valid):
@@ -319,23 +324,25 @@ def step(b, L, h, wx, valid):
         P = q["gate.%s_pre" % g]
         qpre = aligned_sum(b, "%s.gate.%s_pre" % (nm, g), [(wv, QWX.e, maxc(QWX)), (rv, QRH.e, maxc(QRH))],
                            bias(bx, bxc, k, (br, brc)), P)
-        acts[g] = b.op("Gather", [b.const(L["lut"][g], "table_" + g), centered(b, qpre, P.qmin)], "q" + g, axis=0)
+        acts[g] = b.op("Gather", [b.const(L["lut"][g], "table_" + g), centered(b, qpre, P.qmin)], "q" + g, axis=0,
+                       doc="gate.%s_out: sigmoid table" % g)
     # Rh_g + br_g with matmul.Rh's quantizer
     rhb = aligned_sum(b, "%s.matmul.Rh (Rh_g + br_g)" % nm, [(rg, QRH.e, maxc(QRH))], bias(br, brc, 2), QRH)
     exact_or_fail(maxc(QR) * maxc(QRH), QR.e + QRH.e - QRRH.e, QRRH, "%s.op.rRh: the product r (Rh_g + br_g)" % nm)
-    rrh = requant(b, b.op("Mul", [centered(b, acts["r"], QR.z), centered(b, rhb, QRH.z)], "p"), QR.e + QRH.e - QRRH.e, QRRH)
+    rrh = requant(b, b.op("Mul", [centered(b, acts["r"], QR.z), centered(b, rhb, QRH.z)], "p"), QR.e + QRH.e - QRRH.e, QRRH,
+                  label="op.rRh")
     P = q["gate.g_pre"]
     qgpre = aligned_sum(b, "%s.gate.g_pre" % nm, [(wg, QWX.e, maxc(QWX)), (centered(b, rrh, QRRH.z), QRRH.e, maxc(QRRH))],
                         bias(bx, bxc, 2), P)
-    qg = b.op("Gather", [b.const(L["lut"]["g"], "table_g"), centered(b, qgpre, P.qmin)], "qg", axis=0)
+    qg = b.op("Gather", [b.const(L["lut"]["g"], "table_g"), centered(b, qgpre, P.qmin)], "qg", axis=0, doc="gate.g_out: tanh table")
     zc = centered(b, acts["z"], QZ.z)
     exact_or_fail(maxc(QZ) * maxc(QH), QZ.e + QH.e - QOLD.e, QOLD, "%s.op.old_contrib: the product z h" % nm)
-    old = requant(b, b.op("Mul", [zc, hc], "p"), QZ.e + QH.e - QOLD.e, QOLD)
+    old = requant(b, b.op("Mul", [zc, hc], "p"), QZ.e + QH.e - QOLD.e, QOLD, label="op.old_contrib")
     one = 2 ** QZ.e
     exact_or_fail(max(abs(one - (QZ.qmin - QZ.z)), abs(one - (QZ.qmax - QZ.z))) * maxc(QG), QZ.e + QG.e - QNEW.e, QNEW,
                   "%s.op.new_contrib: the product (1 - z) g" % nm)
     one_minus_z = b.op("Sub", [b.i32(one), zc], "omz")
-    new = requant(b, b.op("Mul", [one_minus_z, centered(b, qg, QG.z)], "p"), QZ.e + QG.e - QNEW.e, QNEW)
+    new = requant(b, b.op("Mul", [one_minus_z, centered(b, qg, QG.z)], "p"), QZ.e + QG.e - QNEW.e, QNEW, label="op.new_contrib")
     hn = aligned_sum(b, "%s.output.h" % nm, [(centered(b, old, QOLD.z), QOLD.e, maxc(QOLD)), (centered(b, new, QNEW.z), QNEW.e, maxc(QNEW))],
                      None, QH)
     if valid is not None:
@@ -387,10 +394,10 @@ def build_integer(doc, unroll=None):
         for d in range(Dn):
             L = layers[(l, "fwd" if d == 0 else "bwd")]
             q = L["q"]
-            xin = quantize_float(b, "x" if l == 0 else prev_y, q["input.x"])
+            xin = quantize_float(b, "x" if l == 0 else prev_y, q["input.x"], label="input.x")
             wx_all = gemm(b, L, xin, "W", q["input.x"], q["matmul.Wx"], axis=2)
             h0 = b.op("Gather", ["h0", b.i64(l * Dn + d)], "h0_%d" % (l * Dn + d), axis=0)
-            hinit = quantize_float(b, h0, q["output.h"])
+            hinit = quantize_float(b, h0, q["output.h"], label="output.h (h0)")
             if unroll:
                 h, outs = hinit, [None] * unroll
                 order = range(unroll) if d == 0 else range(unroll - 1, -1, -1)
@@ -416,7 +423,7 @@ def build_integer(doc, unroll=None):
                     [helper.make_tensor_value_info(hout, I32, ["N", H]), helper.make_tensor_value_info(yout, I32, ["N", H])])
                 b.nodes = outer
                 hfinal, ycodes = b.op("Scan", [hinit, wx_all, trange], "scan_" + tag, outputs=2, body=body, num_scan_inputs=2,
-                                      scan_input_directions=[d, d], scan_output_directions=[d])
+                                      scan_input_directions=[d, d], scan_output_directions=[d], doc="%s: the recurrence" % L["name"])
             y_codes.append((ycodes, q["output.h"]))
             hn_parts.append(b.op("Unsqueeze", [dequantize(b, hfinal, q["output.h"]), b.i64([0])], "hn_part"))
         yf = [dequantize(b, c, qh) for c, qh in y_codes]
@@ -529,10 +536,8 @@ def to_dot(model, path):
             color = {"MatMulInteger": "#9ecae1", "QuantizeLinear": "#fdae6b", "Gather": "#a1d99b", "Scan": "#bcbddc",
                      "MatMul": "#9ecae1", "GRU": "#bcbddc", "DequantizeLinear": "#fdd0a2"}.get(n.op_type, "#f0f0f0")
             label = n.op_type
-            if n.op_type == "QuantizeLinear":
-                label += "\\n(2^k scale)"
-            if n.op_type == "Gather" and any(i.startswith("table_") for i in n.input):
-                label = "Gather\\n(%s table)" % ("sigmoid" if any("table_z" in i or "table_r" in i for i in n.input) else "tanh")
+            if n.doc_string:
+                label += "\\n" + n.doc_string
             lines.append('%s%s [label="%s", shape=box, style="rounded,filled", fillcolor="%s"];' % (indent, nid, label, color))
             for o in n.output:
                 producers[o] = nid
@@ -549,7 +554,9 @@ def to_dot(model, path):
                     for inp in a.g.input:
                         counter[0] += 1
                         iid = "n%d" % counter[0]
-                        lines.append('%s  %s [label="%s", shape=ellipse];' % (indent, iid, inp.name.split("_")[-2] + "_t"))
+                        kind = inp.name.split("_")[-2]
+                        lines.append('%s  %s [label="%s", shape=ellipse];' % (
+                            indent, iid, {"h": "h codes (t-1)", "wx": "W x codes (t)", "t": "t"}.get(kind, kind)))
                         inner[inp.name] = iid
                     graph_body(a.g, indent + "  ", inner)
                     lines.append("%s}" % indent)

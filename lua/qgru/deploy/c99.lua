@@ -347,7 +347,9 @@ local function layer_code(P, desc, L, K, types, tables)
   end
   add("  }")
   add("}")
-  return table.concat(out, "\n"), pfx
+  -- tidy the arithmetic of zero points: "v - -3" -> "v + 3", "v - 0" -> "v"
+  local text = table.concat(out, "\n"):gsub(" %- %-(%d)", " + %1"):gsub(" %- 0([%);,])", "%1")
+  return text, pfx
 end
 
 -- Text of the function moving the previous layer's output.h codes (both directions) to layer
