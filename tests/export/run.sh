@@ -21,5 +21,5 @@ trap 'rm -rf "$work"' EXIT
 QGRU_PYTHON="$venv/bin/python" ./qgru tests/export/make_cases.lua "$work/cases" | grep -v '^wrote '
 "$venv/bin/python" tests/export/check_onnx.py "$work/cases"
 if [ "${1:-}" = "--fmnist" ]; then
-  QGRU_PYTHON="$venv/bin/python" ./qgru tests/export/fmnist_check.lua "$work/fmnist"
+  QGRU_PYTHON="$venv/bin/python" ./qgru tests/export/fmnist_check.lua --out "$work/fmnist"
 fi

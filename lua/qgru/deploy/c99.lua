@@ -432,10 +432,10 @@ function M.generate(desc, opts)
   local function h(s) hd[#hd + 1] = s end
   h(string.format("/* %s.h: integer GRU exported by qgru from %s.", P, src_info))
   h(" *")
-  h(string.format(" * Model: GRU %d -> %d, %d layer(s), %s%s. Bit-exact with qgru's integer forward",
-                  C0, H, Lc, Dn == 2 and "bidirectional" or "unidirectional",
+  h(string.format(" * Model: GRU %d -> %d, %d layer(s), %s%s.", C0, H, Lc, Dn == 2 and "bidirectional" or "unidirectional",
                   desc.head and string.format(", head Last + Linear %d -> %d (float)", desc.head.inputs, desc.head.outputs) or ""))
-  h(" * (QUANT_SPEC.md section 3): every output.h code equals qgru's at every step. Plain C99, integer")
+  h(" * Bit-exact with qgru's integer forward (QUANT_SPEC.md section 3): every output.h code equals")
+  h(" * qgru's at every step. Plain C99, integer")
   h(" * only on the GRU path, no allocation: the caller owns the state, the scratch and the buffers.")
   h(" *")
   h(" * Codes: a quantizer maps a real v to clamp(rne(v 2^e) + z, qmin, qmax); the code q stands for")
@@ -477,8 +477,13 @@ function M.generate(desc, opts)
   h(string.format("  %s_HEAD_SIZE = %d,     /* outputs of the float head (0: none) */", UP, desc.head and desc.head.outputs or 0))
   h(string.format("  %s_SCRATCH_BYTES = %d  /* sizeof(%s_scratch) */", UP, scratch_bytes, P))
   h("};")
-  h(string.format("/* codes of work that %s_sequence needs for T steps */", P))
-  h(string.format("#define %s_WORK_SIZE(T) ((T) * %d)", UP, work_layers * OUT))
+  if work_layers > 0 then
+    h(string.format("/* codes of work that %s_sequence needs for T steps */", P))
+    h(string.format("#define %s_WORK_SIZE(T) ((T) * %d)", UP, work_layers * OUT))
+  else
+    h(string.format("/* %s_sequence of a one-layer model needs no work (pass NULL); 1 keeps arrays legal */", P))
+    h(string.format("#define %s_WORK_SIZE(T) 1", UP))
+  end
   h("")
   h(string.format("typedef %s %s_x_t;   /* a code of layer 0's input.x */", types.x, P))
   h(string.format("typedef %s %s_h_t;   /* a code of output.h (any layer and direction) */", types.h, P))
@@ -515,6 +520,9 @@ function M.generate(desc, opts)
   s(" * every layer and direction. Integer arithmetic follows QUANT_SPEC.md section 3 exactly: exact")
   s(" * GEMM accumulators, sums aligned to the finest scale, one rounding (half to even) per operator. */")
   s(string.format("#include \"%s.h\"", P))
+  s("")
+  s(string.format("/* compile-time check of %s_SCRATCH_BYTES */", UP))
+  s(string.format("typedef char %s_scratch_bytes_check[(sizeof(%s_scratch) == %s_SCRATCH_BYTES) ? 1 : -1];", P, P, UP))
   s("")
   s((HELPERS:gsub("@P@", P)))
   local tables = {}

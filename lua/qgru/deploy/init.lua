@@ -90,10 +90,10 @@ function M.recipe(model, dir, opt, log)
                       info.state_bytes))
     for _, line in ipairs(info.plan) do log("  " .. line) end
     if info.arm then
-      log(string.format("Cortex-M4 (arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -Os): flash %d B (text + rodata %d, data %d), RAM %d B static + %d B caller-owned (state %d, scratch %d; + %d B of work per step for %s)",
+      log(string.format("Cortex-M4 (arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -Os): flash %d B (text + rodata %d, data %d), RAM %d B static + %d B caller-owned (state %d, scratch %d)%s",
                         info.arm.text + info.arm.data, info.arm.text, info.arm.data, info.arm.data + info.arm.bss,
-                        info.state_bytes + info.scratch_bytes, info.state_bytes, info.scratch_bytes, info.work_per_step_bytes,
-                        "sequences of 2+ layers"))
+                        info.state_bytes + info.scratch_bytes, info.state_bytes, info.scratch_bytes,
+                        info.work_per_step_bytes > 0 and string.format(" + %d B of work per time step for %s_sequence", info.work_per_step_bytes, info.name) or ""))
     else
       log("(no arm-none-eabi-gcc on PATH: no Cortex-M4 size; apt-get install gcc-arm-none-eabi)")
     end
