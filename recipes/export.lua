@@ -3,7 +3,14 @@
 -- integer model on the test set, and writes the parameters in every format:
 -- runs/<name>/: qparams.json (qgru-qparams v1), qparams.aimet.json (AIMET encodings 1.0.0),
 -- weight_codes.safetensors (integer weight codes + per-channel exponents and zero points).
---   ./qgru recipes/export.lua [--weights runs/qat/model.safetensors] [--qparams runs/qat/qparams.json]
+-- Deployment exports (issue 10; lua/qgru/deploy), bit-exact with qgru's integer forward:
+--   --format c      runs/<name>/c/<c_name>.h, .c (C99 module) and <c_name>_main.c (.npy driver);
+--                   with arm-none-eabi-gcc on PATH also the Cortex-M4 object and its size
+--   --format onnx   runs/<name>/onnx/model.onnx (integer graph), model_qdq.onnx (QDQ approximation),
+--                   model.json + .npy (the data tools/onnx_export.py builds them from); needs a
+--                   python3 with onnx and numpy (--python, or $QGRU_PYTHON)
+--   --format all    both
+--   ./qgru recipes/export.lua [--weights runs/qat/model.safetensors] [--qparams runs/qat/qparams.json] [--format c]
 local qgru = require("qgru")
 local quant, cli, zoo, train = qgru.quant, qgru.cli, qgru.zoo, qgru.train
 
@@ -14,6 +21,11 @@ local opt = cli.main(arg, {
   hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   evaluate = { true, "check the integer model's test accuracy" },
   device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
+  format = { "params", "also a deployment export: c, onnx or all", { choices = { "params", "c", "onnx", "all" } } },
+  c_name = { "qgru_gru", "C prefix of the C99 module (--format c)", { nonempty = true } },
+  unroll = { 0, "ONNX: unroll the recurrence for this fixed T (0: Scan)", { int = true, min = 0 } },
+  qdq_only = { false, "ONNX: only the QDQ approximation (for models beyond float32's exact integers)" },
+  python = { "", "ONNX: the python3 with onnx and numpy (default $QGRU_PYTHON or python3)" },
 }, "recipes/export.lua: qgru-qparams, AIMET encodings and integer weight codes", function(o)
   for _, p in ipairs({ o.weights, o.qparams }) do
     if not zoo.exists(p) then error("qgru: " .. p .. " does not exist: run recipes/qat.lua first (or pass --weights / --qparams)", 0) end
@@ -38,3 +50,4 @@ quant.export(model, dir .. "/qparams.json")
 quant.export(model, dir .. "/qparams.aimet.json", { format = "aimet" })
 quant.exportWeights(model, dir .. "/weight_codes.safetensors")
 log("wrote " .. dir .. "/qparams.json, qparams.aimet.json, weight_codes.safetensors")
+if opt.format ~= "params" then require("qgru.deploy").recipe(model, dir, opt, log) end
