@@ -24,5 +24,5 @@ if job.run.finished then
   os.exit(0)
 end
 job:start()
-local trainset, testset = zoo.fmnist({ dir = job.opt.data_dir, train_limit = job.opt.train_limit > 0 and job.opt.train_limit or nil })
+local trainset, testset = zoo.fmnist({ dir = job.opt.data_dir, train_limit = job.opt.train_limit, test_limit = job.opt.test_limit })
 job:train(trainset, testset)

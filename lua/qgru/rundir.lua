@@ -35,6 +35,7 @@
 --       may_differ = {...},    -- options that may differ when resuming (default
 --                              --   rundir.MAY_DIFFER: resume, force, threads, epochs, name, data_dir)
 --       checkpoints = {"checkpoint.safetensors"},  -- files whose presence makes a run resumable
+--       echo = true,           -- false: run:log writes only to log.txt (tests)
 --       legacy = nil,          -- "use": a folder of an earlier qgru (no run.json) is taken as a
 --                              --   finished run (run.legacy = true) instead of an error
 --   }
@@ -202,7 +203,7 @@ function rundir.prepare(o)
     dir = root .. "/" .. name
   end
   local run = setmetatable({ recipe = o.recipe, dir = dir, name = name, opt = opt, resumed = false, finished = false,
-                             force = o.force and true or false, spec = o.spec,
+                             force = o.force and true or false, spec = o.spec, echo = o.echo ~= false,
                              checkpoints = o.checkpoints or { "checkpoint.safetensors" } }, Run)
   if not is_dir(dir) then
     if exists(dir) then error("qgru: " .. dir .. " exists and is not a folder", 0) end
@@ -349,7 +350,7 @@ function Run:logFile(line)
 end
 
 function Run:log(line)
-  progress.write(io.stdout, line)
+  if self.echo then progress.write(io.stdout, line) end
   self:logFile(line)
 end
 
@@ -382,8 +383,9 @@ function Run:metric(rec)
 end
 
 function Run:phase(name)
-  local p = self.state and self.state.phases[name] or (self.previous and self.previous.phases and self.previous.phases[name])
-  return p
+  if self.state then return self.state.phases[name] end
+  if self.force or not self.previous or type(self.previous.phases) ~= "table" then return nil end
+  return self.previous.phases[name]
 end
 
 function Run:completePhase(name, rec)

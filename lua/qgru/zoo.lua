@@ -14,10 +14,12 @@ function zoo.fmnistGRU(hidden, layers)
     :add(nn.Linear(hidden, 10))
 end
 
+-- The Fashion-MNIST training and test sets. opts: dir, train_limit, test_limit (0 or nil: all).
 function zoo.fmnist(opts)
   opts = opts or {}
-  local train = data.fashionMNIST("train", { dir = opts.dir, limit = opts.train_limit })
-  local test = data.fashionMNIST("test", { dir = opts.dir, limit = opts.test_limit })
+  local function lim(n) return (n and n > 0) and n or nil end
+  local train = data.fashionMNIST("train", { dir = opts.dir, limit = lim(opts.train_limit) })
+  local test = data.fashionMNIST("test", { dir = opts.dir, limit = lim(opts.test_limit) })
   return train, test
 end
 
@@ -50,6 +52,7 @@ function zoo.floatSpec()
     seed = { 1, "seed for initialisation and data order", { int = true } },
     threads = { 0, "BLAS threads (0 = OpenBLAS default)", { int = true, min = 0 } },
     train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
+    test_limit = { 0, "evaluate on the first N test images only (0 = all)", { int = true, min = 0 } },
     data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
   }, { resume = true, checkpoint = true })
 end
@@ -146,6 +149,15 @@ function zoo.floatJob(opt, spec, extra)
     return summary
   end
   return job
+end
+
+-- path itself when it exists, else the project's file of that relative path when that exists
+-- (config/int8.json from any folder), else path.
+function zoo.projectPath(path)
+  if type(path) ~= "string" or path == "" or path:sub(1, 1) == "/" or zoo.exists(path) then return path end
+  local root = require("qgru.clib").root
+  if zoo.exists(root .. "/" .. path) then return root .. "/" .. path end
+  return path
 end
 
 function zoo.exists(path)
