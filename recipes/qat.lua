@@ -9,9 +9,9 @@
 --              backward), checkpoint.safetensors after every epoch
 --   export     model.safetensors (QAT weights), qparams.json (qgru-qparams v1), qparams.aimet.json
 --              (AIMET 1.0.0), weight_codes.safetensors
--- Writes runs/<name>/ (qgru.rundir: run.json, options.json, log.txt, metrics.jsonl, metrics.json
--- and the files above); the name is qat plus the options that differ from their defaults
--- (runs/qat-config=w4a8-epochs=3) unless --name is given. A finished run is not overwritten:
+-- Writes runs/<name>/ (qgru.rundir: run.json, options.json, log.txt, metrics.jsonl, metrics.json,
+-- curves.svg when the qgru.plot module is there, and the files above); the name is qat plus the
+-- options that differ from their defaults (runs/qat-config=w4a8-epochs=3) unless --name is given. A finished run is not overwritten:
 -- --force moves it aside (runs/<name>.old-N) and starts again (the float run is kept and reused).
 --   ./qgru recipes/qat.lua [--config config/int8.json] [--epochs 2] [--lr 2e-4] [--resume] ...
 local qgru = require("qgru")
@@ -167,6 +167,11 @@ local state = engine:train{
 }
 local last = state.history[#state.history]
 local qat_acc = last.eval_acc
+local pts, ticks = {}, {}
+for _, h in ipairs(state.history) do pts[#pts + 1] = { h.epoch, 100 * h.eval_acc }; ticks[#ticks + 1] = h.epoch end
+run:plot("curves.svg", { title = "QAT " .. quant.describeConfig(cfg) .. ": test accuracy", xlabel = "QAT epoch", ylabel = "test accuracy (%)",
+                         series = { { label = "QAT", points = pts } }, xticks = ticks,
+                         hlines = { { y = 100 * float_acc, label = "float", color = "#2ca02c" }, { y = 100 * ptq_acc, label = "PTQ", color = "#d62728" } } })
 run:completePhase("qat", { epochs = #state.history, test_acc = qat_acc, seconds = qgru.wallTime() - t_qat })
 log(string.format("QAT %s test accuracy %.2f%% (float %.2f%%, PTQ %.2f%%)", quant.describeConfig(cfg), 100 * qat_acc,
                   100 * float_acc, 100 * ptq_acc))

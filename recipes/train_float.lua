@@ -3,7 +3,8 @@
 -- Writes runs/<name>/ (qgru.rundir; the name is train_float plus the options that differ from
 -- their defaults, e.g. runs/train_float-epochs=3, unless --name is given): run.json,
 -- options.json, log.txt, metrics.jsonl (one line per epoch), metrics.csv, metrics.json,
--- checkpoint.safetensors (every epoch), model.safetensors.
+-- checkpoint.safetensors (every epoch), model.safetensors, curves.svg (accuracy per epoch, when
+-- the qgru.plot module is there).
 --   ./qgru recipes/train_float.lua [--epochs 12] [--hidden 128] [--lr 2e-3] ...
 --   ./qgru recipes/train_float.lua --resume          # continues an interrupted run
 -- A finished run is not overwritten: --force moves it aside (runs/<name>.old-N) and starts again.

@@ -62,6 +62,9 @@
 --   run:metrics()          -- the records of metrics.jsonl, in order
 --   run:phase(name)        -- the record of a completed phase, or nil
 --   run:completePhase(name, rec)  -- records a phase as completed (run.json)
+--   run:plot(file, chart)  -- writes an SVG line chart (chart: the options of qgru.plot.lines:
+--                          -- title, xlabel, ylabel, series = {{label, points = {{x, y}, ...}}},
+--                          -- hlines) as run.dir/file; false when there is no qgru.plot module
 --   run:finish(summary)    -- writes metrics.json (summary), status "finished", drops the lock
 --   run:close()            -- drops the lock and closes the log (an unfinished run stays resumable)
 -- Nothing here runs a shell: folders are made by qgru.mkdir, moved by os.rename.
@@ -396,6 +399,13 @@ function Run:completePhase(name, rec)
   r.seq, r.at = n + 1, now()
   self.state.phases[name] = r
   self:_writeState()
+end
+
+function Run:plot(file, chart)
+  local ok, plot = pcall(require, "qgru.plot")
+  if not ok or type(plot) ~= "table" or not plot.lines then return false end
+  plot.write(self:path(file), plot.lines(chart))
+  return true
 end
 
 function Run:finish(summary)

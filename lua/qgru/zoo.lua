@@ -73,7 +73,8 @@ end
 --   job.run.finished   nothing to do: job:loadInto(model) loads the trained weights
 --   job:start()        creates the run folder and logs the header
 --   job:train(trainset, testset) -> summary   trains (resuming), writes metrics.csv,
---                      metrics.json, model.safetensors, and finishes the run
+--                      metrics.json, model.safetensors, curves.svg (with qgru.plot), and
+--                      finishes the run
 function zoo.floatJob(opt, spec, extra)
   local rundir, optim, train, clib = require("qgru.rundir"), require("qgru.optim"), require("qgru.train"), require("qgru.clib")
   extra = extra or {}
@@ -141,6 +142,14 @@ function zoo.floatJob(opt, spec, extra)
     csv:close()
     local last = state.history[#state.history]
     serialize.saveModel(model, run:path("model.safetensors"))
+    local test_pts, train_pts, ticks = {}, {}, {}
+    for _, h in ipairs(state.history) do
+      test_pts[#test_pts + 1] = { h.epoch, 100 * h.eval_acc }
+      if h.train_acc then train_pts[#train_pts + 1] = { h.epoch, 100 * h.train_acc } end
+      ticks[#ticks + 1] = h.epoch
+    end
+    run:plot("curves.svg", { title = "float training: accuracy per epoch", xlabel = "epoch", ylabel = "accuracy (%)", xticks = ticks,
+                              series = { { label = "test", points = test_pts }, { label = "train", points = train_pts, dashed = true } } })
     local summary = json.object("recipe", "train_float", "test_acc", last.eval_acc, "epochs", #state.history,
       "wall_seconds", wall, "train_seconds", train_s, "history", json.array(rows))
     run:log(string.format("done: test accuracy %.2f%% after %d epochs, %.1f s wall; weights in %s",

@@ -222,6 +222,21 @@ describe("rundir", function()
     assert.raises_match(function() prep({ "--name", "afile" }) end, root .. "/afile exists and is not a folder")
   end)
 
+  it("run:plot writes a chart through qgru.plot when that module is there, and says false otherwise", function()
+    local run = prep({}):create()
+    local saved = package.loaded["qgru.plot"]
+    package.loaded["qgru.plot"] = { lines = function(o) return "<svg>" .. o.title .. ":" .. #o.series[1].points .. "</svg>" end,
+                                    write = function(path, text) write(path, text) end }
+    assert.is_true(run:plot("curves.svg", { title = "t", series = { { label = "a", points = { { 1, 2 }, { 2, 3 } } } } }))
+    assert.are.equal("<svg>t:2</svg>", read(run.dir .. "/curves.svg"))
+    package.loaded["qgru.plot"] = {}   -- a module without charts
+    local ok_plot = run:plot("other.svg", { title = "t", series = {} })
+    package.loaded["qgru.plot"] = saved
+    assert.is_false(ok_plot)
+    assert.is_nil(read(run.dir .. "/other.svg"))
+    run:close()
+  end)
+
   it("another recipe's run of the same name is refused", function()
     local run = prep({}):create()
     run:close()
