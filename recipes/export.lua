@@ -15,7 +15,6 @@ local spec = rundir.options({
   qparams = { "runs/qat/qparams.json", "quantization parameters (qgru-qparams v1)" },
   hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
   evaluate = { true, "check the integer model's test accuracy" },
-  test_limit = { 0, "evaluate on the first N test images only (0 = all)", { int = true, min = 0 } },
 })
 local opt = cli.main(arg, spec, "recipes/export.lua: qgru-qparams, AIMET encodings and integer weight codes", function(o)
   for _, p in ipairs({ o.weights, o.qparams }) do
@@ -35,7 +34,7 @@ log("qgru " .. qgru.VERSION .. "  recipes/export.lua  ->  " .. dir .. "\n" .. cl
 log(tostring(model))
 local acc
 if opt.evaluate then
-  local _, testset = zoo.fmnist({ test_limit = opt.test_limit })
+  local _, testset = zoo.fmnist()
   _, acc = train.Engine{ model = model, criterion = qgru.nn.CrossEntropy(), log = log }:evaluate(testset, 256)
   log(string.format("integer model test accuracy %.2f%%", 100 * acc))
 end
