@@ -101,10 +101,21 @@ function Engine:_correct(out, y)
   return self.classify and self.criterion:countCorrect(out, y) or 0
 end
 
+-- A progress bar of total steps when the engine draws bars and the output is a terminal, else nil.
+function Engine:_bar(total, label, start)
+  if self.progress == false or total < 1 then return nil end
+  local po = { total = total, label = label, start = start }
+  if type(self.progress) == "table" then for k, v in pairs(self.progress) do po[k] = v end end
+  local bar = progress.new(po)
+  return bar.tty and bar or nil
+end
+
 function Engine:evaluate(ds, batch_size)
   local was_training = self.model.train
   self.model:evaluate()
   local total_loss, total_correct, n = 0, 0, 0
+  local bar = self:_bar(ds:numBatches(batch_size or 256), "evaluate")
+  local k = 0
   for x, y in ds:batches(batch_size or 256) do
     x, y = self:_toModel(x, y)
     local out = self.model:forward(x)
@@ -112,7 +123,10 @@ function Engine:evaluate(ds, batch_size)
     total_loss = total_loss + self.criterion:forward(out, y) * bs
     total_correct = total_correct + self:_correct(out, y)
     n = n + bs
+    k = k + 1
+    if bar then bar:update(k) end
   end
+  if bar then bar:done() end
   if was_training then self.model:training() end
   return total_loss / n, self.classify and total_correct / n or nil
 end
@@ -209,13 +223,7 @@ function builtin.startMetrics(self, run, state)
   run.t_epoch, run.t_win = clib.wall_time(), clib.wall_time()
   run.win = { loss = 0, correct = 0, n = 0, steps = 0 }
   run.ep = { loss = 0, correct = 0, n = 0 }
-  run.bar = nil
-  if self.progress ~= false then
-    local po = { total = run.nb, label = string.format("epoch %d/%d", state.epoch, run.epochs), start = state.batch }
-    if type(self.progress) == "table" then for k, v in pairs(self.progress) do po[k] = v end end
-    local bar = progress.new(po)
-    if bar.tty then run.bar = bar end
-  end
+  run.bar = self:_bar(run.nb, string.format("epoch %d/%d", state.epoch, run.epochs), state.batch)
 end
 
 -- Adds an update's loss and correct count to the log window and the epoch.

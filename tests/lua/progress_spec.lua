@@ -114,7 +114,7 @@ describe("training engine progress", function()
   it("on a terminal: a bar per epoch, the periodic lines only in the log file, the epoch lines in the log", function()
     local out = sink()
     local e, ds, logged, filed = setup_engine({ tty = true, out = out, columns = 200, interval = 0 })
-    e:train{ data = ds, batch_size = 16, epochs = 2, seed = 1, log_every = 2 }
+    e:train{ data = ds, batch_size = 16, epochs = 2, seed = 1, log_every = 2, eval = ds, eval_batch_size = 32 }
     assert.are.same({ "epoch 1/2  batch 2/4", "epoch 1/2  batch 4/4", "epoch 2/2  batch 2/4", "epoch 2/2  batch 4/4" },
                     (function() local t = {} for _, l in ipairs(filed) do t[#t + 1] = l:match("^epoch %d/%d  batch %d/%d") end return t end)())
     assert.are.equal(2, #logged)
@@ -123,6 +123,7 @@ describe("training engine progress", function()
     assert.is_truthy(text:find("\r\27[Kepoch 1/2 [", 1, true), text)
     assert.is_truthy(text:find("4/4  loss ", 1, true), text)
     assert.is_truthy(text:find("epoch 2/2 [", 1, true), text)
+    assert.is_truthy(text:find("\r\27[Kevaluate [########################] 100% 2/2", 1, true), text)   -- the evaluation's bar
     assert.are.equal("\r\27[K", out.parts[#out.parts])   -- cleared at the end of the epoch
   end)
 
