@@ -245,6 +245,10 @@ end
 local function function_text(f, name)
   local path, line = source_of(f)
   if not path then
+    local info = debug.getinfo(f, "S")
+    if info and info.what ~= "C" then
+      return (name or "function") .. help.params(f) .. ": defined in " .. info.short_src .. ":" .. tostring(info.linedefined)
+    end
     return (name or "function") .. ": a built-in function (see the Lua 5.1 and LuaJIT manuals)"
   end
   local doc, def = doc_above(path, line)
@@ -256,6 +260,15 @@ end
 
 -- A name for function f found in the qgru modules ("quant.calibrate"), or nil.
 local function function_name(f)
+  for k, v in pairs(_G) do
+    if v == f and type(k) == "string" then return k end
+  end
+  for _, lib in ipairs({ "string", "table", "math", "io", "os", "debug", "coroutine", "bit", "jit" }) do
+    local t = rawget(_G, lib)
+    if type(t) == "table" then
+      for k, v in pairs(t) do if v == f and type(k) == "string" then return lib .. "." .. k end end
+    end
+  end
   local qgru = package.loaded.qgru
   if type(qgru) ~= "table" then return nil end
   for k, v in pairs(qgru) do
