@@ -21,7 +21,8 @@ local function usage(spec, title)
   table.sort(names)
   local lines = { title or "options:" }
   for _, k in ipairs(names) do
-    lines[#lines + 1] = string.format("  --%-18s %s (default: %s)", k, spec[k][2] or "", tostring(spec[k][1]))
+    local d = spec[k][1]
+    lines[#lines + 1] = string.format("  --%-18s %s (default: %s)", k, spec[k][2] or "", d == "" and '""' or tostring(d))
   end
   return table.concat(lines, "\n")
 end

@@ -252,7 +252,8 @@ function rundir.prepare(o)
   -- resuming: the options must agree, except those that may differ
   local saved = read_json(dir .. "/options.json") or {}
   local keys, seen = {}, {}
-  for k in pairs(saved) do if not seen[k] then keys[#keys + 1] = k; seen[k] = true end end
+  -- (an option the recipe no longer has is ignored)
+  for k in pairs(saved) do if not seen[k] and o.spec[k] then keys[#keys + 1] = k; seen[k] = true end end
   for k in pairs(opt) do if not seen[k] then keys[#keys + 1] = k; seen[k] = true end end
   table.sort(keys)
   local diffs, all_same = {}, true
