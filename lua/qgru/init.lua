@@ -19,6 +19,8 @@ local qgru = {
 }
 qgru.quant = require("qgru.quant")
 qgru.zoo = require("qgru.zoo")
+qgru.rundir = require("qgru.rundir")       -- run directories of the recipes (runs/<name>/)
+qgru.progress = require("qgru.progress")   -- progress bars on a terminal
 
 local device = "cpu"
 

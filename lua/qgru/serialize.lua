@@ -39,7 +39,11 @@ function M.save(path, tensors, metadata)
   for name in pairs(tensors) do names[#names + 1] = name end
   table.sort(names)
   for _, name in ipairs(names) do check(ctx, lib.qg_st_writer_add(ctx, w, name, tensors[name].t)) end
-  for k, v in pairs(metadata or {}) do check(ctx, lib.qg_st_writer_metadata(ctx, w, k, tostring(v))) end
+  -- metadata in sorted key order, so the same content always gives the same bytes
+  local keys = {}
+  for k in pairs(metadata or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do check(ctx, lib.qg_st_writer_metadata(ctx, w, k, tostring(metadata[k]))) end
   check(ctx, lib.qg_st_writer_save(ctx, w, path))
   lib.qg_st_writer_free(ffi.gc(w, nil))
 end
