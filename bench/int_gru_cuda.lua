@@ -2,7 +2,8 @@
 -- and direction, int8 everywhere (quantizers calibrated on the CPU), per kernel path: inference
 -- forward (no saved state), training forward (saved state) and the STE backward. Each figure is
 -- the median of `reps` calls, each call followed by a stream synchronization (host launch
--- overhead included), after `warm` calls.
+-- overhead included), after `warm` calls; "enq" is the host time of the call alone (enqueueing),
+-- and the T=1 row of each shape shows the fixed cost (per-step cost = (t_T - t_1) / (T - 1)).
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_cuda.lua [reps] [device]
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local qgru = require("qgru")
@@ -41,19 +42,26 @@ end
 local function time(ctx, f)
   for _ = 1, warm do f() end
   check(ctx, lib.qg_ctx_synchronize(ctx))
-  local ts = {}
+  local ts, es = {}, {}
   for r = 1, reps do
     local t0 = lib.qg_wall_time()
     f()
+    local t1 = lib.qg_wall_time()
     check(ctx, lib.qg_ctx_synchronize(ctx))
     ts[r] = (lib.qg_wall_time() - t0) * 1e3
+    es[r] = (t1 - t0) * 1e3
   end
-  return median(ts)
+  return median(ts), median(es)
 end
 
 print(string.format("integer GRU layer on %s, int8, median of %d (ms)", dev, reps))
-print(string.format("%-24s %-11s %10s %10s %10s", "shape", "path", "infer fwd", "train fwd", "backward"))
+print(string.format("%-24s %-11s %10s %8s %10s %10s %8s", "shape", "path", "infer fwd", "(enq)", "train fwd", "backward", "(enq)"))
+local all = {}
 for _, s in ipairs(SHAPES) do
+  all[#all + 1] = s
+  all[#all + 1] = { T = 1, N = s.N, C = s.C, H = s.H }
+end
+for _, s in ipairs(all) do
   qgru.seed(1)
   local gru = nn.GRU(s.C, s.H)
   quant.prepare(gru, quant.uniform(8))
@@ -77,12 +85,13 @@ for _, s in ipairs(SHAPES) do
     local function fwd(sav)
       check(ctx, lib.qg_int_gru_forward(ctx, h, y.t, 0, hn.t, sav, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0))
     end
-    local inf = time(ctx, function() fwd(nil) end)
+    local inf, inf_e = time(ctx, function() fwd(nil) end)
     local trn = time(ctx, function() fwd(saved) end)
-    local bwd = time(ctx, function()
+    local bwd, bwd_e = time(ctx, function()
       check(ctx, lib.qg_int_gru_backward(ctx, h, g.dx.t, g.dW.t, g.dR.t, g.dbx.t, g.dbr.t, nil, dy.t, 0, nil, saved, nil, nil, 0))
     end)
-    print(string.format("%-24s %-11s %10.3f %10.3f %10.3f", string.format("T%d N%d C%d H%d", s.T, s.N, s.C, s.H), path, inf, trn, bwd))
+    print(string.format("%-24s %-11s %10.3f %8.3f %10.3f %10.3f %8.3f", string.format("T%d N%d C%d H%d", s.T, s.N, s.C, s.H), path, inf,
+                        inf_e, trn, bwd, bwd_e))
   end
   qgru.setKernelPath("auto")
 end

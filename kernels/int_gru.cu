@@ -148,27 +148,37 @@ extern "C" qg_status qg_cuda_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g
 /* Planes of a weight's codes [rows, K] for the int8 GEMMs, one block per padded row j < Mp:
  * planes [np][Mp][Kp] (zeros beyond rows and K); off[j] = c0 + base - z[j];
  * bconst[j] = offB S[j] + K off[j] offB with S[j] = sum_k (r - c0). */
-__global__ void weight_planes_kernel(const int32_t *codes, const int32_t *zp, int64_t rows, int64_t K, int64_t Mp, int64_t Kp,
-                                     int np, int64_t base, int64_t c0, int64_t offB, int8_t *planes, int64_t *off,
-                                     int64_t *bconst) {
+struct planes_job {
+  const int32_t *codes, *zp;
+  int64_t rows, K, Mp, Kp;
+  int np;
+  int64_t base, c0, offB;
+  int8_t *planes;
+  int64_t *off, *bconst;
+};
+
+/* Blocks [0, na) do job a (W), the others job b (R). */
+__global__ void weight_planes_kernel(const __grid_constant__ planes_job a, const __grid_constant__ planes_job b, int64_t na) {
   __shared__ int64_t red[32];
-  const int64_t j = blockIdx.x;
+  const bool first = blockIdx.x < na;
+  const planes_job &p = first ? a : b;
+  const int64_t j = first ? blockIdx.x : blockIdx.x - na;
   int64_t sum = 0;
-  for (int64_t k = threadIdx.x; k < Kp; k += blockDim.x) {
+  for (int64_t k = threadIdx.x; k < p.Kp; k += blockDim.x) {
     int8_t p0 = 0, p1 = 0;
-    if (j < rows && k < K) {
-      const int64_t q = codes[j * K + k];
-      split_planes(q, base, np, &p0, &p1);
-      sum += q - base - c0;
+    if (j < p.rows && k < p.K) {
+      const int64_t q = p.codes[j * p.K + k];
+      split_planes(q, p.base, p.np, &p0, &p1);
+      sum += q - p.base - p.c0;
     }
-    planes[j * Kp + k] = p0;
-    if (np == 2) planes[(Mp + j) * Kp + k] = p1;
+    p.planes[j * p.Kp + k] = p0;
+    if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
   }
   sum = block_sum_i64(sum, red);
   if (threadIdx.x == 0) {
-    const int64_t o = j < rows ? c0 + base - zp[j] : 0;
-    off[j] = o;
-    bconst[j] = j < rows ? offB * sum + K * o * offB : 0;
+    const int64_t o = j < p.rows ? p.c0 + p.base - p.zp[j] : 0;
+    p.off[j] = o;
+    p.bconst[j] = j < p.rows ? p.offB * sum + p.K * o * p.offB : 0;
   }
 }
 
@@ -186,14 +196,32 @@ __global__ void weight_centered_kernel(const int32_t *codes, const int32_t *zp, 
   }
 }
 
-/* input.x: one block per row r (r < rows_out; rows >= TN only get zero planes): codes and masks,
- * int8 planes [np][Np][Kp] and S[r] = sum_k (r - c0) (when planes), centered doubles (when xd),
- * statistics at valid steps. */
+/* input.x: one block per row r < nrows (rows >= TN only get zero planes): codes and masks, int8
+ * planes [np][Np][Kp] and S[r] = sum_k (r - c0) (when planes), centered doubles (when xd),
+ * statistics at valid steps. The blocks after nrows quantize h0 (h0_part). */
+struct h0_job {
+  const float *h0;   /* NULL: zeros */
+  int64_t NH;
+  qg_qp QH;
+  int32_t *hq0;
+};
+
+template <int OBS>
+__device__ __forceinline__ void h0_part(const h0_job &h, int64_t blk, double *range, int64_t *counts) {
+  const int64_t i = blk * blockDim.x + threadIdx.x;
+  if (i >= h.NH) return;
+  const double v = h.h0 ? (double)h.h0[i] : 0.0;
+  int m;
+  h.hq0[i] = (int32_t)qg_quant_real(v, h.QH, &m);
+  if (OBS && h.h0) observe(range, counts, QG_Q_OUTPUT_H, v);
+}
+
 template <int OBS>
 __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, qg_qp QX, const int64_t *L, int32_t *xq,
                                uint8_t *xm, int np, int64_t base, int64_t c0, int64_t Np, int64_t Kp, int8_t *planes,
-                               int64_t *S, double *xd, double *range, int64_t *counts) {
+                               int64_t *S, double *xd, double *range, int64_t *counts, int64_t nrows, const __grid_constant__ h0_job hj) {
   __shared__ int64_t red[32];
+  if ((int64_t)blockIdx.x >= nrows) { h0_part<OBS>(hj, blockIdx.x - nrows, range, counts); return; }
   const int64_t r = blockIdx.x, TN = T * N;
   const bool row = r < TN;
   bool valid = false;
@@ -222,25 +250,6 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
     sum = block_sum_i64(sum, red);
     if (threadIdx.x == 0) S[r] = sum;
   }
-}
-
-/* h0 -> output.h codes (0 when h0 is NULL), observed when given. */
-template <int OBS>
-__global__ void h0_kernel(const float *h0, int64_t NH, qg_qp QH, int32_t *hq0, double *range, int64_t *counts) {
-  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i >= NH) return;
-  const double v = h0 ? (double)h0[i] : 0.0;
-  int m;
-  hq0[i] = (int32_t)qg_quant_real(v, QH, &m);
-  if (OBS && h0) observe(range, counts, QG_Q_OUTPUT_H, v);
-}
-
-/* y = 0 at padded steps (t >= lengths[n]). */
-__global__ void y_pad_kernel(float *y, int64_t T, int64_t N, int64_t H, int64_t Hy, int y_offset, const int64_t *L) {
-  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (e >= T * N * H) return;
-  const int64_t i = e % H, tn = e / H, n = tn % N, t = tn / N;
-  if (t >= length_at(L, n, T)) y[tn * Hy + y_offset + i] = 0.0f;
 }
 
 /* matmul.Wx codes and masks from an fp64 accumulator [TN, 3H] (exact integers, or simulated). */
@@ -386,6 +395,7 @@ struct rec_common {
   float *y;
   int64_t Hy;
   int y_offset;
+  float *hn;                   /* [N, H] or NULL: written at the last step */
   uint8_t *cell_out;           /* saved cell state [T, N, H, cb] or NULL */
   int cb;
   int32_t *hq;                 /* saved output.h codes [T+1, N, H], or NULL */
@@ -440,13 +450,14 @@ __device__ __forceinline__ void zero_cell(const rec_common &c, int64_t s, int64_
 }
 
 /* ---- fallback: one kernel per step ----
- * Block: FB_THREADS units x FB_NB rows; R h with the transposed centered R (int32 exact, or double
- * for operands above 16 bits) and centered h codes staged in shared memory, FB_KT at a time. */
-enum { FB_THREADS = 128, FB_NB = 4, FB_KT = 256 };
+ * Block: FB_THREADS units x FB_NB rows; R h with the transposed centered R (int32 codes, or double
+ * for operands above 16 bits) and centered h codes staged in shared memory, FB_KT at a time,
+ * accumulated in int32 where max|R| max|h| H < 2^31 (acc32), else in int64 (exact), or in double. */
+enum { FB_THREADS = 64, FB_NB = 4, FB_KT = 256 };
 
 template <int WIDE, int OBS, int EXACT>
 __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_constant__ rec_common c, const int32_t *Rti,
-                                                                   const double *Rtd, int64_t s) {
+                                                                   const double *Rtd, int acc32, int64_t s) {
   typedef typename std::conditional<EXACT, int64_t, double>::type acc_t;
   __shared__ acc_t hs[FB_NB][FB_KT];
   const int64_t H = c.H, H3 = 3 * H, N = c.N;
@@ -465,18 +476,38 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
     }
     __syncthreads();
     if (i < H) {
-      const int64_t kn = H - k0 < FB_KT ? H - k0 : FB_KT;
-      for (int64_t kk = 0; kk < kn; kk++) {
-        const int64_t o = (k0 + kk) * H3 + i;
-        const acc_t r0 = EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o];
-        const acc_t r1 = EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H];
-        const acc_t r2 = EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H];
+      const int kn = (int)(H - k0 < FB_KT ? H - k0 : FB_KT);
+      if (EXACT && acc32) {   /* every partial sum below 2^31 */
+        int32_t a32[FB_NB][3];
 #pragma unroll
-        for (int r = 0; r < FB_NB; r++) {
-          const acc_t hv = hs[r][kk];
-          acc[r][0] += r0 * hv;
-          acc[r][1] += r1 * hv;
-          acc[r][2] += r2 * hv;
+        for (int r = 0; r < FB_NB; r++) a32[r][0] = a32[r][1] = a32[r][2] = 0;
+        const int32_t *Rk = Rti + k0 * H3 + i;
+        for (int kk = 0; kk < kn; kk++, Rk += H3) {
+          const int32_t r0 = Rk[0], r1 = Rk[H], r2 = Rk[2 * H];
+#pragma unroll
+          for (int r = 0; r < FB_NB; r++) {
+            const int32_t hv = (int32_t)hs[r][kk];
+            a32[r][0] += r0 * hv;
+            a32[r][1] += r1 * hv;
+            a32[r][2] += r2 * hv;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < FB_NB; r++)
+          for (int k = 0; k < 3; k++) acc[r][k] += (acc_t)a32[r][k];
+      } else {
+        for (int kk = 0; kk < kn; kk++) {
+          const int64_t o = (k0 + kk) * H3 + i;
+          const acc_t r0 = EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o];
+          const acc_t r1 = EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H];
+          const acc_t r2 = EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H];
+#pragma unroll
+          for (int r = 0; r < FB_NB; r++) {
+            const acc_t hv = hs[r][kk];
+            acc[r][0] += r0 * hv;
+            acc[r][1] += r1 * hv;
+            acc[r][2] += r2 * hv;
+          }
         }
       }
     }
@@ -489,30 +520,33 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
     if (n >= N) break;
     const int64_t Ln = length_at(c.L, n, c.T);
     const int64_t hp = hprev[n * H + i];
-    if (s >= Ln) {   /* padded step: the state stays */
-      hnext[n * H + i] = (int32_t)hp;
+    int64_t hnew = hp;
+    if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
       zero_cell(c, s, n, i);
-      continue;
+      c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+    } else {
+      const int64_t t = c.reverse ? Ln - 1 - s : s;
+      const int64_t row = t * N + n;
+      qg_cell_in in;
+      in.mask = 0;
+      for (int k = 0; k < 3; k++) {
+        const int64_t j = k * H + i;
+        const int sc = c.eR[j] + QH.e;
+        int m;
+        int64_t code;
+        if (EXACT) code = qg_requant64((int64_t)acc[r][k], sc, QRH, &m);
+        else code = qg_requant_real((double)acc[r][k], sc, QRH, &m);
+        if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[r][k], -sc));
+        in.rh[k] = code;
+        in.wx[k] = c.qwx[row * H3 + j];
+        in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
+      }
+      fill_bias(c, i, &in);
+      in.hprev = hp;
+      hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
     }
-    const int64_t t = c.reverse ? Ln - 1 - s : s;
-    const int64_t row = t * N + n;
-    qg_cell_in in;
-    in.mask = 0;
-    for (int k = 0; k < 3; k++) {
-      const int64_t j = k * H + i;
-      const int sc = c.eR[j] + QH.e;
-      int m;
-      int64_t code;
-      if (EXACT) code = qg_requant64((int64_t)acc[r][k], sc, QRH, &m);
-      else code = qg_requant_real((double)acc[r][k], sc, QRH, &m);
-      if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[r][k], -sc));
-      in.rh[k] = code;
-      in.wx[k] = c.qwx[row * H3 + j];
-      in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
-    }
-    fill_bias(c, i, &in);
-    in.hprev = hp;
-    hnext[n * H + i] = (int32_t)run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
+    hnext[n * H + i] = (int32_t)hnew;
+    if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
   }
 }
 
@@ -524,9 +558,15 @@ struct pk_params {
   const int8_t *Rp;               /* [PR][3H][Kp] */
   const int64_t *rconst, *roff;   /* [3H] */
   /* shared memory layout (bytes) */
-  int64_t off_H, off_acc, off_part, off_rowsum, off_lut, smem;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_lut, smem;
   int lut_smem;
 };
+
+/* Sum over the warp (every lane gets it). */
+__device__ __forceinline__ int64_t warp_sum_i64(int64_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 template <int WIDE, int OBS>
 __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__ pk_params p) {
@@ -540,11 +580,13 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   const int64_t n0 = (int64_t)(blockIdx.x / CS) * NB, i0 = (int64_t)rank * U;
   const int Ureal = (int)(H - i0 < 0 ? 0 : (H - i0 < U ? H - i0 : U));
   int8_t *Rs = (int8_t *)smem;
-  int8_t *Hs = (int8_t *)(smem + p.off_H);          /* [2][PH][NB][HS] */
-  int64_t *accp = (int64_t *)(smem + p.off_acc);    /* [ksplit][Mp][NB] */
-  int64_t *part = (int64_t *)(smem + p.off_part);   /* [2][CS][NB] */
-  int64_t *rowsum = (int64_t *)(smem + p.off_rowsum);
+  int8_t *Hs = (int8_t *)(smem + p.off_H);             /* [2][PH][NB][HS] */
+  int64_t *accp = (int64_t *)(smem + p.off_acc);       /* [ksplit][Mp][NB] */
+  int64_t *part = (int64_t *)(smem + p.off_part);      /* [2][CS][NB] row sums of h by source rank */
+  int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes */
+  int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h */
   const int tid = threadIdx.x, nthr = blockDim.x;
+  const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int64_t hbuf = (int64_t)PH * NB * HS;
 
   /* R's rows of this CTA's units (local row g U + u), zero rows and columns beyond */
@@ -563,6 +605,7 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   if (p.lut_smem) {
     int32_t *lut = (int32_t *)(smem + p.off_lut);
     int64_t o = 0;
+#pragma unroll
     for (int k = 0; k < 3; k++) {
       const int64_t n = 2 * q.lut_n[k];
       for (int64_t e = tid; e < n; e += nthr) lut[o + e] = c.cell.lut[k][e];
@@ -572,25 +615,29 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   }
   for (int64_t e = tid; e < 2 * hbuf / 16; e += nthr) ((int4 *)Hs)[e] = make_int4(0, 0, 0, 0);
   for (int e = tid; e < 2 * CS * NB; e += nthr) part[e] = 0;
-  for (int e = tid; e < NB; e += nthr) rowsum[e] = 0;
   __syncthreads();
-  /* h0 planes of every unit (buffer 0) and their row sums (as if all came from rank 0) */
+  /* h0 planes of every unit (buffer 0) and their row sums (as if all came from rank 0), a warp per row */
   const int32_t *hq0 = h_at(c, 0);
-  for (int64_t e = tid; e < (int64_t)NB * H; e += nthr) {
-    const int nl = (int)(e / H);
-    const int64_t k = e % H, n = n0 + nl;
+  for (int nl = warp; nl < NB; nl += nwarps) {
+    const int64_t n = n0 + nl;
     if (n >= N) continue;
-    const int64_t code = hq0[n * H + k];
-    int8_t p0, p1;
-    split_planes(code, p.baseH, PH, &p0, &p1);
-    Hs[(int64_t)nl * HS + k] = p0;
-    if (PH == 2) Hs[(int64_t)(NB + nl) * HS + k] = p1;
-    atomicAdd((unsigned long long *)&part[nl], (unsigned long long)(code - p.baseH - p.c0H));
+    int64_t sum = 0;
+    for (int64_t k = lane; k < H; k += 32) {
+      const int64_t code = hq0[n * H + k];
+      int8_t p0, p1;
+      split_planes(code, p.baseH, PH, &p0, &p1);
+      Hs[(int64_t)nl * HS + k] = p0;
+      if (PH == 2) Hs[(int64_t)(NB + nl) * HS + k] = p1;
+      sum += code - p.baseH - p.c0H;
+    }
+    sum = warp_sum_i64(sum);
+    if (lane == 0) part[nl] = sum;
   }
   /* this thread's cell: unit u of the slice, row nl of the tile */
   const int u = tid % U, nl = tid / U;
   const int64_t i = i0 + u, n = n0 + nl;
-  const bool active = tid < U * NB && u < Ureal && n < N;
+  const bool mine = tid < U * NB;   /* owns a slot of the slice (maybe a padding one) */
+  const bool active = mine && u < Ureal && n < N;
   const qg_qp QH = q.a[QG_Q_OUTPUT_H], QRH = q.a[QG_Q_MATMUL_RH];
   qg_cell_in base_in;
   int64_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
@@ -610,8 +657,12 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     hprev = hq0[n * H + i];
     Ln = length_at(c.L, n, T);
   }
+  if (mine) {   /* padding slots push zeros */
+    for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
+    contrib[tid] = 0;
+  }
   const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit;
-  const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int words = U / 4, push_n = CS * PH * NB * words;
   cluster.sync();
 
   for (int64_t s = 0; s < T; s++) {
@@ -657,8 +708,9 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     /* the cells */
     if (active) {
       int64_t hnew = hprev;
-      if (!valid) {
+      if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
         zero_cell(c, s, n, i);
+        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
       } else {
         int64_t sh = 0;
         for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
@@ -679,22 +731,26 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
       }
       if (c.hq) c.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
       else if (s == T - 1) h_at(c, T)[n * H + i] = (int32_t)hnew;
+      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
       hprev = hnew;
       int8_t p0, p1;
       split_planes(hnew, p.baseH, PH, &p0, &p1);
-      const int64_t o = nxt * hbuf + (int64_t)nl * HS + i;
-      for (int r = 0; r < CS; r++) {
-        int8_t *dst = cluster.map_shared_rank(Hs, (unsigned)r) + o;
-        dst[0] = p0;
-        if (PH == 2) dst[(int64_t)NB * HS] = p1;
-      }
-      atomicAdd((unsigned long long *)&rowsum[nl], (unsigned long long)(hnew - p.baseH - p.c0H));
+      slice[(int64_t)nl * U + u] = p0;
+      if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
+      contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
     }
     __syncthreads();
-    if (tid < NB) {
-      const int64_t v = rowsum[tid];
-      rowsum[tid] = 0;
-      for (int r = 0; r < CS; r++) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + tid] = v;
+    /* the new slice to every CTA of the cluster (4 bytes a store), then the row sums */
+    for (int e = tid; e < push_n; e += nthr) {
+      const int r = e / (PH * NB * words), rem = e % (PH * NB * words), pr = rem / words, w = rem % words;   /* pr = pl NB + nl */
+      const uint32_t v = *(const uint32_t *)(slice + (int64_t)pr * U + 4 * w);
+      *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + (int64_t)pr * HS + i0 + 4 * w) = v;
+    }
+    for (int rl = warp; rl < NB; rl += nwarps) {
+      int64_t sum = 0;
+      for (int uu = lane; uu < U; uu += 32) sum += contrib[rl * U + uu];
+      sum = warp_sum_i64(sum);
+      for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
     }
     cluster.sync();
   }
@@ -738,7 +794,7 @@ static int64_t take(int64_t *total, int64_t bytes) {
 /* One configuration of the persistent kernel. */
 struct pk_plan {
   int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
-  int64_t off_H, off_acc, off_part, off_rowsum, off_lut, smem, clusters;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_lut, smem, clusters;
   double cost;
 };
 
@@ -761,7 +817,8 @@ static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_byte
   c->off_H = round_up(o, 16); o = c->off_H + 2LL * PH * NB * (c->Kp + 16);
   c->off_acc = round_up(o, 16); o = c->off_acc + (int64_t)c->ksplit * c->Mp * NB * 8;
   c->off_part = round_up(o, 16); o = c->off_part + 2LL * CS * NB * 8;
-  c->off_rowsum = round_up(o, 16); o = c->off_rowsum + (int64_t)NB * 8;
+  c->off_slice = round_up(o, 16); o = c->off_slice + (int64_t)PH * NB * U;
+  c->off_contrib = round_up(o, 16); o = c->off_contrib + (int64_t)NB * U * 4;
   c->off_lut = round_up(o, 16);
   c->lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c->off_lut + lut_bytes <= smem_max;
   c->smem = c->lut_smem ? c->off_lut + lut_bytes : c->off_lut;
@@ -861,6 +918,17 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   const int wx_mma = wx_exact && C < (1 << 17) && path != QG_PATH_FALLBACK;
   /* the recurrence */
   const int rec_exact = hb <= 16 && rb <= 16;
+  int acc32 = 0;   /* fallback: R h partial sums below 2^31 */
+  if (rec_exact) {
+    const qg_qp gr = qg_qp_make(rb, g->w_unsigned[QG_W_R], 0, 0);
+    int64_t rmax = 0;
+    for (int64_t j = 0; j < H3; j++) {
+      const int64_t z = g->w_zp_host[QG_W_R][j], a = gr.qmax - z > z - gr.qmin ? gr.qmax - z : z - gr.qmin;
+      if (a > rmax) rmax = a;
+    }
+    const int64_t hmax = QH.qmax - QH.z > QH.z - QH.qmin ? QH.qmax - QH.z : QH.z - QH.qmin;
+    acc32 = (double)rmax * (double)hmax * (double)H < 2147483648.0;
+  }
   int64_t lut_bytes = 0;
   for (int k = 0; k < 3; k++) lut_bytes += cq->lut[k] ? 2 * cq->lut_n[k] * 4 : 0;
   if (!(cq->lut[0] && cq->lut[1] && cq->lut[2])) lut_bytes = 0;
@@ -913,38 +981,53 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int32_t *qwx = (int32_t *)(ws + o_qwx);
   uint8_t *mwx = (uint8_t *)(ws + o_mwx);
 
-  /* 1. weights as GEMM operands */
-  if (wx_mma) {
-    weight_planes_kernel<<<(unsigned)MpW, 128, 0, st>>>(g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, MpW, KpX, wpl.n, wpl.base, wpl.c0,
-                                                         planes_off(xpl, QX.z), (int8_t *)(ws + o_Wp), (int64_t *)(ws + o_offW),
-                                                         (int64_t *)(ws + o_bcW));
-  } else {
+  int32_t *hq0 = saved ? (int32_t *)saved->hq->data : (int32_t *)(ws + o_hp);
+
+  /* 1. weights as GEMM operands: int8 planes (W for the tensor-core W x, R for the persistent
+   * kernel; one launch) or centered codes */
+  {
+    planes_job jobs[2];
+    int nj = 0;
+    int64_t blocks[2] = {0, 0};
+    if (wx_mma) {
+      planes_job w = {g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, MpW, KpX, wpl.n, wpl.base, wpl.c0, planes_off(xpl, QX.z),
+                      (int8_t *)(ws + o_Wp), (int64_t *)(ws + o_offW), (int64_t *)(ws + o_bcW)};
+      blocks[nj] = MpW;
+      jobs[nj++] = w;
+    }
+    if (persistent) {
+      planes_job r = {g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, H3, pc.Kp, rpl.n, rpl.base, rpl.c0, planes_off(hpl, QH.z),
+                      (int8_t *)(ws + o_Rp), (int64_t *)(ws + o_offR), (int64_t *)(ws + o_bcR)};
+      blocks[nj] = H3;
+      jobs[nj++] = r;
+    }
+    if (nj > 0)
+      weight_planes_kernel<<<(unsigned)(blocks[0] + blocks[1]), 128, 0, st>>>(jobs[0], jobs[nj - 1], blocks[0]);
+  }
+  if (!wx_mma)
     weight_centered_kernel<<<qg_cuda_blocks(H3 * C, 256) < 4096 ? qg_cuda_blocks(H3 * C, 256) : 4096, 256, 0, st>>>(
         g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, 0, (double *)(ws + o_Wd), NULL);
-  }
-  if (persistent) {
-    weight_planes_kernel<<<(unsigned)H3, 128, 0, st>>>(g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, H3, pc.Kp, rpl.n, rpl.base, rpl.c0,
-                                                        planes_off(hpl, QH.z), (int8_t *)(ws + o_Rp), (int64_t *)(ws + o_offR),
-                                                        (int64_t *)(ws + o_bcR));
-  } else {
+  if (!persistent)
     weight_centered_kernel<<<qg_cuda_blocks(H3 * H, 256) < 4096 ? qg_cuda_blocks(H3 * H, 256) : 4096, 256, 0, st>>>(
         g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, 1, rec_exact ? NULL : (double *)(ws + o_Rt), rec_exact ? (int32_t *)(ws + o_Rt) : NULL);
-  }
   QG_CHECK(qg_cuda_launched(ctx, fn));
 
-  /* 2. input.x codes, 3. W x requantized to matmul.Wx */
-  if (TN > 0) {
-    const unsigned rows = (unsigned)(wx_mma ? Np : TN);
-    int8_t *Xp = wx_mma ? (int8_t *)(ws + o_Xp) : NULL;
-    int64_t *SX = wx_mma ? (int64_t *)(ws + o_SX) : NULL;
-    double *Xd = wx_mma ? NULL : (double *)(ws + o_Xd);
+  /* 2. input.x codes and h0 -> output.h codes (one launch), 3. W x requantized to matmul.Wx */
+  const int64_t rows = TN > 0 ? (wx_mma ? Np : TN) : 0, h0_blocks = (NH + 127) / 128;
+  int8_t *Xp = wx_mma ? (int8_t *)(ws + o_Xp) : NULL;
+  int64_t *SX = wx_mma ? (int64_t *)(ws + o_SX) : NULL;
+  double *Xd = wx_mma ? NULL : (double *)(ws + o_Xd);
+  if (rows + h0_blocks > 0) {
+    h0_job hj = {h0 ? (const float *)h0->data : NULL, NH, QH, hq0};
     if (obs)
-      x_quant_kernel<1><<<rows, 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base, xpl.c0, Np, KpX, Xp, SX,
-                                              Xd, range, counts);
+      x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
+                                                                       xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
     else
-      x_quant_kernel<0><<<rows, 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base, xpl.c0, Np, KpX, Xp, SX,
-                                              Xd, range, counts);
+      x_quant_kernel<0><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
+                                                                       xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  if (TN > 0) {
     if (wx_mma) {
       wx_params wp;
       wp.Wp = (const int8_t *)(ws + o_Wp); wp.Xp = Xp;
@@ -974,7 +1057,8 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
 
-  /* the recurrence's common arguments */
+  /* the recurrence's common arguments (padded steps get y = 0 in the recurrent kernels, which
+   * also write hn) */
   rec_common rc;
   memset(&rc, 0, sizeof rc);
   rc.cell = *cq;
@@ -986,24 +1070,12 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   rc.eR = g->w_exp[QG_W_R];
   rc.L = L; rc.reverse = reverse ? 1 : 0;
   rc.y = (float *)y->data; rc.Hy = y->dims[2]; rc.y_offset = y_offset;
+  rc.hn = hn ? (float *)hn->data : NULL;
   rc.cell_out = saved ? (uint8_t *)saved->cell->data : NULL;
   rc.cb = qg_cell_bytes(cq->narrow);
   rc.hq = saved ? (int32_t *)saved->hq->data : NULL;
   rc.hping = saved ? NULL : (int32_t *)(ws + o_hp);
   rc.range = range; rc.counts = counts;
-  int32_t *hq0 = rc.hq ? rc.hq : rc.hping;
-
-  /* 4. h0, padded outputs */
-  if (NH > 0) {
-    const float *h0p = h0 ? (const float *)h0->data : NULL;
-    if (obs) h0_kernel<1><<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(h0p, NH, QH, hq0, range, counts);
-    else h0_kernel<0><<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(h0p, NH, QH, hq0, range, counts);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
-  if (L && TN > 0) {
-    y_pad_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(rc.y, T, N, H, rc.Hy, y_offset, L);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
 
   /* 5. the steps */
   if (TN > 0 && persistent) {
@@ -1013,7 +1085,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     pp.CS = pc.CS; pp.U = pc.U; pp.NB = pc.NB; pp.Kp = pc.Kp; pp.Mp = pc.Mp; pp.PR = rpl.n; pp.PH = hpl.n; pp.ksplit = pc.ksplit;
     pp.baseH = hpl.base; pp.c0H = hpl.c0;
     pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
-    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_rowsum = pc.off_rowsum; pp.off_lut = pc.off_lut;
+    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_lut = pc.off_lut;
     pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
@@ -1033,21 +1105,21 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     for (int64_t s = 0; s < T; s++) {
       if (rec_exact) {
         if (wide) {
-          if (obs) fallback_step_kernel<1, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
-          else fallback_step_kernel<1, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
+          if (obs) fallback_step_kernel<1, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+          else fallback_step_kernel<1, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
         } else {
-          if (obs) fallback_step_kernel<0, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
-          else fallback_step_kernel<0, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
+          if (obs) fallback_step_kernel<0, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+          else fallback_step_kernel<0, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
         }
       } else {
-        if (obs) fallback_step_kernel<1, 1, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
-        else fallback_step_kernel<1, 0, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, s);
+        if (obs) fallback_step_kernel<1, 1, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+        else fallback_step_kernel<1, 0, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
       }
     }
   }
   QG_CHECK(qg_cuda_launched(ctx, fn));
-  if (hn && NH > 0) {
-    const int32_t *last = rc.hq ? rc.hq + T * NH : rc.hping + (T & 1) * NH;
+  if (hn && NH > 0 && TN == 0) {   /* no step: hn = h0 */
+    const int32_t *last = hq0;
     hn_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(last, NH, QH, (float *)hn->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
