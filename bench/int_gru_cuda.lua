@@ -4,7 +4,7 @@
 -- the median of `reps` calls, each call followed by a stream synchronization (host launch
 -- overhead included), after `warm` calls; "enq" is the host time of the call alone (enqueueing),
 -- and the T=1 row of each shape shows the fixed cost (per-step cost = (t_T - t_1) / (T - 1)).
---   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_cuda.lua [reps] [device]
+--   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_cuda.lua [reps] [device] [warm]
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
@@ -14,7 +14,7 @@ local ffi, lib = clib.ffi, clib.lib
 
 local reps = tonumber(arg[1]) or 20
 local dev = arg[2] or "cuda"
-local warm = 3
+local warm = tonumber(arg[3]) or 3
 local SHAPES = { { T = 50, N = 32, C = 64, H = 128 }, { T = 100, N = 64, C = 256, H = 512 } }
 
 local function check(ctx, st) clib.check(ctx, st, 2) end
