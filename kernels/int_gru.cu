@@ -360,23 +360,47 @@ __global__ void __launch_bounds__(256) wx_gemm_kernel(const __grid_constant__ wx
             for (int e = 0; e < 4; e++) acc64[a][b][e] += sc * acc[a][b][e];
       }
     }
+  /* epilogue: every load first (4 rows j, 8 columns tn per thread), then the requantization and
+   * the stores, so that no load waits behind a store it might alias */
   const int64_t TN = p.T * p.N;
+  int64_t bc[2][2], ow[2][2], sx[4][2];
+  int ew[2][2];
+  bool vt[4][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * h;
+      const bool ok = j < p.H3;
+      bc[mt][h] = ok ? p.bconst[j] : 0;
+      ow[mt][h] = ok ? p.offW[j] : 0;
+      ew[mt][h] = ok ? p.eW[j] : 0;
+    }
+#pragma unroll
+  for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + h;
+      sx[nt][h] = tn < TN ? p.SX[tn] : 0;
+      vt[nt][h] = OBS && tn < TN && tn / p.N < length_at(p.L, tn % p.N, p.T);
+    }
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
     for (int nt = 0; nt < 4; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int64_t j = m0 + wm * 32 + mt * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + (e & 1);
+        const int hj = e >> 1, ht = e & 1;
+        const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * hj;
+        const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + ht;
         if (j >= p.H3 || tn >= TN) continue;
-        const int64_t v = (SINGLE ? (int64_t)acc[mt][nt][e] : acc64[mt][nt][e]) + p.bconst[j] + p.offW[j] * p.SX[tn];
-        const int s = p.eW[j] + p.eX;
+        const int64_t v = (SINGLE ? (int64_t)acc[mt][nt][e] : acc64[mt][nt][e]) + bc[mt][hj] + ow[mt][hj] * sx[nt][ht];
+        const int s = ew[mt][hj] + p.eX;
         int m;
         const int64_t code = qg_requant64(v, s, p.Q, &m);
         p.qwx[tn * p.H3 + j] = (int32_t)code;
         p.mwx[tn * p.H3 + j] = (uint8_t)m;
-        if (OBS && tn / p.N < length_at(p.L, tn % p.N, p.T)) observe(p.range, p.counts, QG_Q_MATMUL_WX, ldexp((double)v, -s));
+        if (OBS && vt[nt][ht]) observe(p.range, p.counts, QG_Q_MATMUL_WX, ldexp((double)v, -s));
       }
 }
 
