@@ -474,10 +474,12 @@ __device__ __forceinline__ void zero_cell(const rec_common &c, int64_t s, int64_
 }
 
 /* ---- fallback: one kernel per step ----
- * Block: FB_THREADS units x FB_NB rows; R h with the transposed centered R (int32 codes, or double
- * for operands above 16 bits) and centered h codes staged in shared memory, FB_KT at a time,
- * accumulated in int32 where max|R| max|h| H < 2^31 (acc32), else in int64 (exact), or in double. */
-enum { FB_THREADS = 64, FB_NB = 4, FB_KT = 256 };
+ * Block: FB_UNITS units x FB_NB rows, one thread per (unit, row): R h with the transposed centered
+ * R (int32 codes, or double for operands above 16 bits; the rows of a unit read the same R
+ * entries, from L1) and the rows' centered h codes staged in shared memory FB_KT at a time,
+ * accumulated in int32 where max|R| max|h| H < 2^31 (acc32), else in int64 (exact), or in double;
+ * then the cell. */
+enum { FB_UNITS = 64, FB_NB = 4, FB_THREADS = FB_UNITS * FB_NB, FB_KT = 256 };
 
 template <int WIDE, int OBS, int EXACT>
 __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_constant__ rec_common c, const int32_t *Rti,
@@ -485,93 +487,76 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
   typedef typename std::conditional<EXACT, int64_t, double>::type acc_t;
   __shared__ acc_t hs[FB_NB][FB_KT];
   const int64_t H = c.H, H3 = 3 * H, N = c.N;
-  const int64_t i = (int64_t)blockIdx.x * FB_THREADS + threadIdx.x, nb0 = (int64_t)blockIdx.y * FB_NB;
+  const int r = threadIdx.x / FB_UNITS;
+  const int64_t i = (int64_t)blockIdx.x * FB_UNITS + threadIdx.x % FB_UNITS, n = (int64_t)blockIdx.y * FB_NB + r;
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H], QRH = c.cell.a[QG_Q_MATMUL_RH];
   const int32_t *hprev = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
-  acc_t acc[FB_NB][3];
-#pragma unroll
-  for (int r = 0; r < FB_NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = 0;
+  const bool mine = i < H && n < N;
+  acc_t acc[3] = {0, 0, 0};
   for (int64_t k0 = 0; k0 < H; k0 += FB_KT) {
     for (int e = threadIdx.x; e < FB_NB * FB_KT; e += FB_THREADS) {
-      const int r = e / FB_KT, kk = e % FB_KT;
-      const int64_t n = nb0 + r, k = k0 + kk;
-      hs[r][kk] = (n < N && k < H) ? (acc_t)((int64_t)hprev[n * H + k] - QH.z) : (acc_t)0;
+      const int rr = e / FB_KT, kk = e % FB_KT;
+      const int64_t nn = (int64_t)blockIdx.y * FB_NB + rr, k = k0 + kk;
+      hs[rr][kk] = (nn < N && k < H) ? (acc_t)((int64_t)hprev[nn * H + k] - QH.z) : (acc_t)0;
     }
     __syncthreads();
-    if (i < H) {
+    if (mine) {
       const int kn = (int)(H - k0 < FB_KT ? H - k0 : FB_KT);
       if (EXACT && acc32) {   /* every partial sum below 2^31 */
-        int32_t a32[FB_NB][3];
-#pragma unroll
-        for (int r = 0; r < FB_NB; r++) a32[r][0] = a32[r][1] = a32[r][2] = 0;
+        int32_t a0 = 0, a1 = 0, a2 = 0;
         const int32_t *Rk = Rti + k0 * H3 + i;
-        for (int kk = 0; kk < kn; kk++, Rk += H3) {
-          const int32_t r0 = Rk[0], r1 = Rk[H], r2 = Rk[2 * H];
-#pragma unroll
-          for (int r = 0; r < FB_NB; r++) {
-            const int32_t hv = (int32_t)hs[r][kk];
-            a32[r][0] += r0 * hv;
-            a32[r][1] += r1 * hv;
-            a32[r][2] += r2 * hv;
-          }
+#pragma unroll 4
+        for (int kk = 0; kk < kn; kk++) {
+          const int32_t hv = (int32_t)hs[r][kk];
+          a0 += Rk[(int64_t)kk * H3] * hv;
+          a1 += Rk[(int64_t)kk * H3 + H] * hv;
+          a2 += Rk[(int64_t)kk * H3 + 2 * H] * hv;
         }
-#pragma unroll
-        for (int r = 0; r < FB_NB; r++)
-          for (int k = 0; k < 3; k++) acc[r][k] += (acc_t)a32[r][k];
+        acc[0] += (acc_t)a0; acc[1] += (acc_t)a1; acc[2] += (acc_t)a2;
       } else {
+#pragma unroll 4
         for (int kk = 0; kk < kn; kk++) {
           const int64_t o = (k0 + kk) * H3 + i;
-          const acc_t r0 = EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o];
-          const acc_t r1 = EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H];
-          const acc_t r2 = EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H];
-#pragma unroll
-          for (int r = 0; r < FB_NB; r++) {
-            const acc_t hv = hs[r][kk];
-            acc[r][0] += r0 * hv;
-            acc[r][1] += r1 * hv;
-            acc[r][2] += r2 * hv;
-          }
+          const acc_t hv = hs[r][kk];
+          acc[0] += (EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o]) * hv;
+          acc[1] += (EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H]) * hv;
+          acc[2] += (EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H]) * hv;
         }
       }
     }
     __syncthreads();
   }
-  if (i >= H) return;
-#pragma unroll
-  for (int r = 0; r < FB_NB; r++) {
-    const int64_t n = nb0 + r;
-    if (n >= N) break;
-    const int64_t Ln = length_at(c.L, n, c.T);
-    const int64_t hp = hprev[n * H + i];
-    int64_t hnew = hp;
-    if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
-      zero_cell(c, s, n, i);
-      c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-    } else {
-      const int64_t t = c.reverse ? Ln - 1 - s : s;
-      const int64_t row = t * N + n;
-      qg_cell_in in;
-      in.mask = 0;
-      for (int k = 0; k < 3; k++) {
-        const int64_t j = k * H + i;
-        const int sc = c.eR[j] + QH.e;
-        int m;
-        int64_t code;
-        if (EXACT) code = qg_requant64((int64_t)acc[r][k], sc, QRH, &m);
-        else code = qg_requant_real((double)acc[r][k], sc, QRH, &m);
-        if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[r][k], -sc));
-        in.rh[k] = code;
-        in.wx[k] = c.qwx[row * H3 + j];
-        in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
-      }
-      fill_bias(c, i, &in);
-      in.hprev = hp;
-      hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
+  if (!mine) return;
+  const int64_t Ln = length_at(c.L, n, c.T);
+  const int64_t hp = hprev[n * H + i];
+  int64_t hnew = hp;
+  if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
+    zero_cell(c, s, n, i);
+    c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+  } else {
+    const int64_t t = c.reverse ? Ln - 1 - s : s;
+    const int64_t row = t * N + n;
+    qg_cell_in in;
+    in.mask = 0;
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      const int sc = c.eR[j] + QH.e;
+      int m;
+      int64_t code;
+      if (EXACT) code = qg_requant64((int64_t)acc[k], sc, QRH, &m);
+      else code = qg_requant_real((double)acc[k], sc, QRH, &m);
+      if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[k], -sc));
+      in.rh[k] = code;
+      in.wx[k] = c.qwx[row * H3 + j];
+      in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
     }
-    hnext[n * H + i] = (int32_t)hnew;
-    if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+    fill_bias(c, i, &in);
+    in.hprev = hp;
+    hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
   }
+  hnext[n * H + i] = (int32_t)hnew;
+  if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
 }
 
 /* ---- persistent: one launch for all steps (see the header) ---- */
@@ -582,7 +567,7 @@ struct pk_params {
   const int8_t *Rp;               /* [PR][3H][Kp] */
   const int64_t *rconst, *roff;   /* [3H] */
   /* shared memory layout (bytes) */
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_lut, smem;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem;
   int lut_smem;
 };
 
@@ -605,10 +590,11 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   const int Ureal = (int)(H - i0 < 0 ? 0 : (H - i0 < U ? H - i0 : U));
   int8_t *Rs = (int8_t *)smem;
   int8_t *Hs = (int8_t *)(smem + p.off_H);             /* [2][PH][NB][HS] */
-  int64_t *accp = (int64_t *)(smem + p.off_acc);       /* [ksplit][Mp][NB] */
+  int64_t *accp = (int64_t *)(smem + p.off_acc);       /* [ksplit][NB][Mp + 4]: R h partial sums */
   int64_t *part = (int64_t *)(smem + p.off_part);      /* [2][CS][NB] row sums of h by source rank */
   int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes */
   int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h */
+  int4 *items = (int4 *)(smem + p.off_items);          /* the R h work items: m row, n row, k steps, k part */
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int64_t hbuf = (int64_t)PH * NB * HS;
@@ -639,6 +625,11 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   }
   for (int64_t e = tid; e < 2 * hbuf / 16; e += nthr) ((int4 *)Hs)[e] = make_int4(0, 0, 0, 0);
   for (int e = tid; e < 2 * CS * NB; e += nthr) part[e] = 0;
+  const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit, Mps = Mp + 4;
+  for (int it = tid; it < nitems; it += nthr) {
+    const int mt = it % Mt, rest = it / Mt, nt = rest % Nt, ks = rest / Nt;
+    items[it] = make_int4(mt * 16, nt * 8, (ks * Ks / p.ksplit) | (((ks + 1) * Ks / p.ksplit) << 16), ks);
+  }
   __syncthreads();
   /* h0 planes of every unit (buffer 0) and their row sums (as if all came from rank 0), a warp per row */
   const int32_t *hq0 = h_at(c, 0);
@@ -685,8 +676,10 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
     contrib[tid] = 0;
   }
-  const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit;
-  const int words = U / 4, push_n = CS * PH * NB * words;
+  /* this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
+  const int words = U / 4, has_word = tid < PH * NB * words;
+  const int64_t word_src = has_word ? (int64_t)(tid / words) * U + 4 * (tid % words) : 0;
+  const int64_t word_dst = has_word ? (int64_t)(tid / words) * HS + i0 + 4 * (tid % words) : 0;
   cluster.sync();
 
   for (int64_t s = 0; s < T; s++) {
@@ -706,14 +699,14 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     /* R h: items (m tile, n tile, k part) over the warps */
     const int8_t *Hc = Hs + cur * hbuf;
     for (int it = warp; it < nitems; it += nwarps) {
-      const int mt = it % Mt, rest = it / Mt, nt = rest % Nt, ks = rest / Nt;
-      const int kb = ks * Ks / p.ksplit, ke = (ks + 1) * Ks / p.ksplit;
+      const int4 d4 = items[it];
+      const int m16 = d4.x, n8 = d4.y, kb = d4.z & 0xffff, ke = d4.z >> 16, ks = d4.w;
       int64_t a64[4] = {0, 0, 0, 0};
       for (int pa = 0; pa < PR; pa++)
         for (int pb = 0; pb < PH; pb++) {
           int32_t d[4] = {0, 0, 0, 0};
-          const int8_t *A = Rs + ((int64_t)pa * Mp + mt * 16 + g) * RS + 4 * tq;
-          const int8_t *B = Hc + ((int64_t)pb * NB + nt * 8 + g) * HS + 4 * tq;
+          const int8_t *A = Rs + ((int64_t)pa * Mp + m16 + g) * RS + 4 * tq;
+          const int8_t *B = Hc + ((int64_t)pb * NB + n8 + g) * HS + 4 * tq;
           for (int kst = kb; kst < ke; kst++) {
             const int kk = kst * 32;
             const uint32_t a[4] = {lds32(A + kk), lds32(A + 8 * RS + kk), lds32(A + kk + 16), lds32(A + 8 * RS + kk + 16)};
@@ -724,8 +717,8 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
           for (int e = 0; e < 4; e++) a64[e] += sc * d[e];
         }
       for (int e = 0; e < 4; e++) {
-        const int row = mt * 16 + g + (e >= 2 ? 8 : 0), col = nt * 8 + 2 * tq + (e & 1);
-        accp[((int64_t)ks * Mp + row) * NB + col] = a64[e];
+        const int row = m16 + g + (e >= 2 ? 8 : 0), col = n8 + 2 * tq + (e & 1);
+        accp[((int64_t)ks * NB + col) * Mps + row] = a64[e];
       }
     }
     __syncthreads();
@@ -743,7 +736,7 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
         for (int k = 0; k < 3; k++) {
           const int lr = k * U + u;
           int64_t a = rconst[k] + roff[k] * sh;
-          for (int ks = 0; ks < p.ksplit; ks++) a += accp[((int64_t)ks * Mp + lr) * NB + nl];
+          for (int ks = 0; ks < p.ksplit; ks++) a += accp[((int64_t)ks * NB + nl) * Mps + lr];
           int m;
           in.rh[k] = qg_requant64(a, srh[k], QRH, &m);
           if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)a, -srh[k]));
@@ -765,10 +758,9 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     }
     __syncthreads();
     /* the new slice to every CTA of the cluster (4 bytes a store), then the row sums */
-    for (int e = tid; e < push_n; e += nthr) {
-      const int r = e / (PH * NB * words), rem = e % (PH * NB * words), pr = rem / words, w = rem % words;   /* pr = pl NB + nl */
-      const uint32_t v = *(const uint32_t *)(slice + (int64_t)pr * U + 4 * w);
-      *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + (int64_t)pr * HS + i0 + 4 * w) = v;
+    if (has_word) {
+      const uint32_t v = *(const uint32_t *)(slice + word_src);
+      for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
     }
     for (int rl = warp; rl < NB; rl += nwarps) {
       int64_t sum = 0;
@@ -818,7 +810,7 @@ static int64_t take(int64_t *total, int64_t bytes) {
 /* One configuration of the persistent kernel. */
 struct pk_plan {
   int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_lut, smem, clusters;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem, clusters;
   double cost;
 };
 
@@ -839,10 +831,11 @@ static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_byte
   }
   int64_t o = (int64_t)PR * c->Mp * (c->Kp + 16);
   c->off_H = round_up(o, 16); o = c->off_H + 2LL * PH * NB * (c->Kp + 16);
-  c->off_acc = round_up(o, 16); o = c->off_acc + (int64_t)c->ksplit * c->Mp * NB * 8;
+  c->off_acc = round_up(o, 16); o = c->off_acc + (int64_t)c->ksplit * (c->Mp + 4) * NB * 8;
   c->off_part = round_up(o, 16); o = c->off_part + 2LL * CS * NB * 8;
   c->off_slice = round_up(o, 16); o = c->off_slice + (int64_t)PH * NB * U;
   c->off_contrib = round_up(o, 16); o = c->off_contrib + (int64_t)NB * U * 4;
+  c->off_items = round_up(o, 16); o = c->off_items + (int64_t)(c->Mp / 16) * (NB / 8) * c->ksplit * 16;
   c->off_lut = round_up(o, 16);
   c->lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c->off_lut + lut_bytes <= smem_max;
   c->smem = c->lut_smem ? c->off_lut + lut_bytes : c->off_lut;
@@ -899,7 +892,21 @@ static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t 
     cfg.numAttrs = 1;
     int active = 0;
     if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); active = 0; }
-    if (active > 0) { *out = c; *found = 1; return QG_OK; }
+    if (active <= 0) continue;
+    /* one CTA per multiprocessor where all of them fit at once: ask for more than half of a
+     * multiprocessor's shared memory (two CTAs on one multiprocessor would slow their clusters) */
+    const int64_t half = smem_sm / 2;
+    if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
+      int wide_active = 0;
+      cfg.dynamicSmemBytes = (size_t)half;
+      QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)half));
+      if (cudaOccupancyMaxActiveClusters(&wide_active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); wide_active = 0; }
+      if (wide_active >= c.clusters) c.smem = half;
+      else QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+    }
+    *out = c;
+    *found = 1;
+    return QG_OK;
   }
   return QG_OK;
 }
@@ -1109,7 +1116,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     pp.CS = pc.CS; pp.U = pc.U; pp.NB = pc.NB; pp.Kp = pc.Kp; pp.Mp = pc.Mp; pp.PR = rpl.n; pp.PH = hpl.n; pp.ksplit = pc.ksplit;
     pp.baseH = hpl.base; pp.c0H = hpl.c0;
     pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
-    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_lut = pc.off_lut;
+    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_lut = pc.off_lut;
     pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
@@ -1123,7 +1130,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     cfg.numAttrs = 1;
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&cfg, pkern, pp));
   } else if (TN > 0) {
-    const dim3 grid(qg_cuda_blocks(H, FB_THREADS), qg_cuda_blocks(N, FB_NB));
+    const dim3 grid(qg_cuda_blocks(H, FB_UNITS), qg_cuda_blocks(N, FB_NB));
     const int32_t *Rti = rec_exact ? (const int32_t *)(ws + o_Rt) : NULL;
     const double *Rtd = rec_exact ? NULL : (const double *)(ws + o_Rt);
     for (int64_t s = 0; s < T; s++) {
