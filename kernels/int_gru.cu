@@ -19,21 +19,28 @@
  *      - otherwise (and when the fallback path is forced) an fp64 cuBLAS GEMM of centered codes,
  *        exact for <= 16-bit operands (sums < 2^53); wider operands are simulated in double, as
  *        on the CPU (identical only while the double sums are exact).
- *   3. h0 -> output.h codes (observed when given); padded steps get y = 0.
+ *   3. h0 -> output.h codes (observed when given), in the same launch as step 1.
  *   4. the recurrence, one of two paths (ctx->kernel_path; AUTO picks the persistent one where
- *      the shape fits):
+ *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED):
  *      - persistent: one launch for all T steps. A thread-block cluster of CS CTAs owns NB batch
  *        rows; CTA `rank` holds the int8 planes of R's rows for units [rank U, rank U + U) (all
- *        three gates) in shared memory and computes R h for them with mma.sync; each thread then
- *        runs the cell of one (unit, row) and pushes the new output.h code's planes into every
- *        peer's next h buffer through distributed shared memory (with the row sums the
- *        zero-point term needs); one cluster barrier per step. Operands of <= 16 bits.
- *      - fallback: one kernel per step: R h with int64 (exact) or double (> 16 bits) CUDA-core
- *        accumulation for a tile of units and rows, then the cell.
- *      Per-layer activation tables are copied into shared memory in the persistent kernel.
+ *        three gates) in shared memory and computes R h for them with mma.sync (work items of
+ *        16 rows x 8 batch rows x a part of K over the warps, partial sums in shared memory);
+ *        each thread then runs the cell of one (unit, row), the CTA's new output.h planes are
+ *        pushed into every peer's next h buffer through distributed shared memory, 4 bytes a
+ *        store, with the per-row sums of (r - c0) the zero-point term needs (warp reductions);
+ *        one cluster barrier per step. Operands of <= 16 bits; the configuration (CS, NB) comes
+ *        from a model of the per-step time and the occupancy API, with one CTA per
+ *        multiprocessor when the grid fits the GPU. Activation tables go to shared memory.
+ *      - fallback: one kernel per step, one thread per (unit, row): R h with the transposed
+ *        centered R in int32 (where every partial sum stays below 2^31), int64 (exact) or double
+ *        (operands above 16 bits, as the CPU's simulated GEMM), then the cell.
+ *      Both write y (0 at padded steps), the saved state and hn.
  *   Statistics (calibration) go through the device observer of stats.cuh: min/max and integer
- *   counts do not depend on order, so the rows equal the CPU's (the real values before the
- *   fixed-range sigmoid / tanh outputs use the device's exp and tanh, within an ulp of glibc's).
+ *   counts do not depend on order, so the rows equal the CPU's, except that the real values
+ *   observed for gate.z_out / r_out / g_out come from the device's exp and tanh, which may differ
+ *   from glibc's in the last bit. For the same reason pre-activations above 16 bits (no table,
+ *   f evaluated per unit; documented as not integer-deployable) are not guaranteed bit-identical.
  * Backward: per step a cell kernel (the shared STE cell) and one fp32 cuBLAS GEMM dh += dq R~;
  *   after the loop the GEMMs of dx, dW, dR (qg_cuda_f32_compute: strict fp32 or TF32) and the bias
  *   sums in a fixed order in double (chunks of rows, then the chunks in order): deterministic.
