@@ -22,6 +22,11 @@ struct qg_ctx {
   int64_t workspace_bytes;
   void *dev_workspace;        /* device workspace, grow-only */
   int64_t dev_workspace_bytes;
+  void *aux_stream;           /* CUDA: a second stream and cuBLAS handle, created with the context, on */
+  void *aux_cublas;           /* which a bidirectional layer's second direction runs at the same time */
+  void *ev_fork, *ev_join;    /* events (timing off) that order the aux stream after / before the main one */
+  int sm_count;               /* CUDA: multiprocessors of the device, and the opt-in shared memory per */
+  int smem_optin;             /* block in bytes (read once at context creation) */
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
   int kernel_path;            /* qg_kernel_path: which GPU recurrence the GRUs run */
   uint64_t rng[4];            /* xoshiro256** */

@@ -194,6 +194,28 @@ qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *
                           const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
                           const qg_tensor *lengths, int reverse);
 
+/* Both directions of one bidirectional layer in one call: direction 0 is qg_gru_forward with
+ * reverse = 0 and y_offset = 0, direction 1 the one with reverse = 1 and y_offset = H. The GPU runs
+ * the two directions at the same time (one persistent launch for both, or two streams); the CPU
+ * runs them one after the other. Each array has 2 entries, indexed by direction:
+ *   y       [T, N, Hy] with Hy >= 2H, shared (direction d writes columns [d H, (d + 1) H))
+ *   hs[d], W[d], R[d], bx[d], br[d]  as in qg_gru_forward
+ *   gates   NULL (inference) or an array of 2 gates tensors
+ *   h0      NULL (zeros) or an array of 2 [N, H] tensors
+ *   x, lengths  shared by both directions. No statistics observer (calibration runs the
+ *               directions one by one with qg_gru_forward).                                   */
+qg_status qg_gru_forward_bidir(qg_ctx *ctx, qg_tensor *y, qg_tensor *const *hs, qg_tensor *const *gates, const qg_tensor *x,
+                               const qg_tensor *const *W, const qg_tensor *const *R, const qg_tensor *const *bx,
+                               const qg_tensor *const *br, const qg_tensor *const *h0, const qg_tensor *lengths);
+/* Backward of qg_gru_forward_bidir: both directions' qg_gru_backward in one call (at the same time
+ * on the GPU). dx is ACCUMULATED with direction 0's gradient, then direction 1's (NULL to skip);
+ * dW[d], dR[d], dbx[d], dbr[d] ACCUMULATED; dh0 NULL or an array of 2 (OVERWRITTEN); dy [T, N, Hy]
+ * (Hy >= 2H) or NULL; dhn NULL or an array of 2; hs, gates: arrays of 2 as produced by the forward. */
+qg_status qg_gru_backward_bidir(qg_ctx *ctx, qg_tensor *dx, qg_tensor *const *dW, qg_tensor *const *dR, qg_tensor *const *dbx,
+                                qg_tensor *const *dbr, qg_tensor *const *dh0, const qg_tensor *dy, const qg_tensor *const *dhn,
+                                const qg_tensor *x, const qg_tensor *const *W, const qg_tensor *const *R,
+                                const qg_tensor *const *hs, const qg_tensor *const *gates, const qg_tensor *lengths);
+
 /* ---- Linear: y [N, O] = x [N, I] W^T + b;  W [O, I], b [O] or NULL ------------------------ */
 qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b);
 /* dx [N, I] OVERWRITTEN; dW [O, I] and db [O] ACCUMULATED. Each may be NULL to skip it. */
