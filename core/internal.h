@@ -29,6 +29,8 @@ struct qg_ctx {
   int smem_optin;             /* block in bytes (read once at context creation) */
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
   int kernel_path;            /* qg_kernel_path: which GPU recurrence the GRUs run */
+  int persist_cluster;        /* forced shape of the persistent GRU kernels (0, 0: chosen per call) */
+  int persist_rows;
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };

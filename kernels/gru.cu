@@ -145,8 +145,8 @@ __global__ void observe_inputs_kernel(const float *__restrict__ x, const float *
   const int64_t stride = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int64_t nx = (int64_t)T * N * C, nw = (int64_t)T * N * 3 * H, nh = h0 ? (int64_t)N * H : 0;
   for (int64_t i = i0; i < nx; i += stride) {
-    const int64_t row = i / C;
-    if (row % N < N && (int)(row / N) < gru_row_len(len, (int)(row % N), T))
+    const int64_t row = i / C;   /* t * N + n */
+    if ((int)(row / N) < gru_row_len(len, (int)(row % N), T))
       qg_stats_observe_dev(range + 4 * QG_Q_INPUT_X, counts + (int64_t)QG_Q_INPUT_X * QG_STATS_BINS, (double)x[i]);
   }
   for (int64_t i = i0; i < nw; i += stride) {
@@ -227,7 +227,12 @@ static double fallback_step_us(int64_t N, int64_t H) {
 static int choose_persist(qg_ctx *ctx, int bwd, int64_t T, int64_t N, int64_t H, int ndirs, int observe, PCfg *out,
                           double *est_us, char *why, size_t why_n) {
   int ok = persist_pick(ctx, bwd, (int)T, (int)N, (int)H, ndirs, observe, out, est_us);
-  if (!ok)
+  if (!ok && ctx->persist_cluster > 0)
+    snprintf(why, why_n,
+             "the persistent recurrent kernel cannot run H = %lld with the forced shape of %d blocks per cluster and %d "
+             "rows (qg_ctx_set_persist_shape; shared memory per block: %d bytes)",
+             (long long)H, ctx->persist_cluster, ctx->persist_rows, ctx->smem_optin);
+  else if (!ok)
     snprintf(why, why_n,
              "the persistent recurrent kernel cannot hold H = %lld: R's share of a block in a cluster of up to %d blocks "
              "(%lld bytes with 16) plus the exchanged state exceeds the %d bytes of shared memory per block",
@@ -248,6 +253,7 @@ static int use_persistent(qg_ctx *ctx, const char *fn, int bwd, int64_t T, int64
     return 1;
   }
   if (!fits) return 0;
+  if (ctx->persist_cluster > 0) return 1;   /* a forced shape that fits */
   /* the fallback runs the directions on two streams at the same time */
   const double fb = (double)T * fallback_step_us(N, H) * (bwd ? 1.6 : 1.0);
   return est <= fb ? 1 : 0;

@@ -340,14 +340,16 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
   double est[MAXC];
   int nc = 0;
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
+  const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
     if (K > H) break;
+    if (forced && K != ctx->persist_cluster) continue;
     const int Hk = (H + K - 1) / K;
     if ((K - 1) * Hk >= H || Hk > PERSIST_MAX_THREADS) continue;
     for (int ni = 0; ni < 4; ni++) {
       const int NB = NBs[ni];
-      if (NB > 1 && NB / 2 >= N) break;   /* no group wider than the batch needs */
+      if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > PERSIST_MAX_THREADS) break;
       const int kd = bwd ? 3 * H : H;
       int S = PERSIST_MAX_THREADS / Hk;
@@ -358,9 +360,11 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
       const int64_t bytes = smem_floats(bwd, H, Hk, NB, S) * (int64_t)sizeof(float);
       if (bytes > ctx->smem_optin) continue;
       const int groups = (N + NB - 1) / NB;
-      /* blocks resident at once: one per SM when shared memory or threads limit it */
+      /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
+       * 128 per thread under the launch bounds) */
       int per_sm = (int)((228 * 1024) / (bytes + 1024));
       if (per_sm > 2048 / threads) per_sm = 2048 / threads;
+      if (per_sm > 512 / threads) per_sm = 512 / threads;
       if (per_sm < 1) per_sm = 1;
       int slots = (ctx->sm_count * per_sm / K) * K;
       if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
