@@ -101,16 +101,17 @@ qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path) {
 
 int qg_ctx_kernel_path(const qg_ctx *ctx) { return ctx ? ctx->kernel_path : QG_PATH_AUTO; }
 
-qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows) {
+qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits) {
   if (!ctx) return QG_ERR_ARG;
-  const int auto_ = cluster == 0 && rows == 0;
+  const int auto_ = cluster == 0 && rows == 0 && splits == 0;
   const int ok_c = cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8 || cluster == 16;
   const int ok_r = rows == 1 || rows == 2 || rows == 4 || rows == 8;
-  if (!auto_ && !(ok_c && ok_r))
-    return qg_fail(ctx, QG_ERR_ARG, __func__, "cluster %d, rows %d: expected 0, 0 (automatic) or a cluster of 1, 2, 4, 8 "
-                   "or 16 blocks and 1, 2, 4 or 8 rows", cluster, rows);
+  if (!auto_ && !(ok_c && ok_r && splits >= 0 && splits <= 512))
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "cluster %d, rows %d, splits %d: expected 0, 0, 0 (automatic) or a cluster "
+                   "of 1, 2, 4, 8 or 16 blocks, 1, 2, 4 or 8 rows and 0..512 splits", cluster, rows, splits);
   ctx->persist_cluster = cluster;
   ctx->persist_rows = rows;
+  ctx->persist_splits = splits;
   return QG_OK;
 }
 

@@ -14,6 +14,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+/* cuBLAS workspace per handle (what cuBLAS itself takes by default on Hopper). */
+#define QG_BLAS_WORKSPACE ((size_t)32 << 20)
+
 static qg_status cuda_fail(qg_ctx *ctx, const char *fn, cudaError_t e) {
   return qg_fail(ctx, e == cudaErrorMemoryAllocation ? QG_ERR_MEMORY : QG_ERR_DEVICE, fn, "CUDA error %s: %s",
                  cudaGetErrorName(e), cudaGetErrorString(e));
@@ -46,6 +49,13 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
   cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
   ctx->stream = stream;
   ctx->cublas = handle;
+  /* Each cuBLAS handle gets its own workspace now, so that no cuBLAS call allocates later (a call
+   * may be captured into a CUDA graph, where allocation is not allowed). */
+  e = cudaMalloc(&ctx->blas_ws[0], QG_BLAS_WORKSPACE);
+  if (e != cudaSuccess || cublasSetWorkspace(handle, ctx->blas_ws[0], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+    qg_dev_ctx_fini(ctx);
+    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+  }
   /* The aux stream and handle (a bidirectional layer runs its second direction there), created
    * once with the context so that nothing is created per call. */
   cudaStream_t aux;
@@ -60,6 +70,11 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
   cublasSetStream(aux_handle, aux);
   cublasSetPointerMode(aux_handle, CUBLAS_POINTER_MODE_HOST);
   ctx->aux_cublas = aux_handle;
+  e = cudaMalloc(&ctx->blas_ws[1], QG_BLAS_WORKSPACE);
+  if (e != cudaSuccess || cublasSetWorkspace(aux_handle, ctx->blas_ws[1], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+    qg_dev_ctx_fini(ctx);
+    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+  }
   cudaEvent_t ev[2];
   for (int i = 0; i < 2; i++) {
     e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
@@ -78,6 +93,9 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
 extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
   if (ctx->stream) cudaStreamSynchronize((cudaStream_t)ctx->stream);
   if (ctx->aux_stream) cudaStreamSynchronize((cudaStream_t)ctx->aux_stream);
+  qg_cuda_gru_release(ctx);
+  for (int i = 0; i < 2; i++)
+    if (ctx->blas_ws[i]) { cudaFree(ctx->blas_ws[i]); ctx->blas_ws[i] = NULL; }
   if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
   if (ctx->aux_cublas) cublasDestroy((cublasHandle_t)ctx->aux_cublas);
   if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);

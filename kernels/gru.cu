@@ -32,6 +32,7 @@
 #include "gru_common.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- small helpers ------------------------------------------------------------------------------ */
@@ -70,6 +71,82 @@ static qg_status fork_aux(qg_ctx *ctx, const char *fn) {
 static qg_status join_aux(qg_ctx *ctx, const char *fn) {
   QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, (cudaStream_t)ctx->aux_stream));
   return qg_cuda_status(ctx, fn, cudaStreamWaitEvent(qg_cuda_stream(ctx), (cudaEvent_t)ctx->ev_join, 0));
+}
+
+/* ---- captured fallback loops ------------------------------------------------------------------------
+ * The fallback's per-step launches (a cuBLAS GEMM and a pointwise kernel per step) are host-bound
+ * when launched one by one. A loop whose arguments (every pointer and size, the math mode; the key)
+ * were seen in an earlier call is captured into a CUDA graph on its stream and replayed; from then
+ * on an identical call is one graph launch. A loop seen once runs directly (a one-off call does not
+ * pay for the capture), and a capture that fails for any reason falls back to direct launches. */
+enum { GRAPH_SLOTS = 24, GRAPH_KEY = 512 };
+struct GraphSlot {
+  unsigned char key[GRAPH_KEY];
+  size_t keylen;
+  cudaGraphExec_t exec;
+  int state;   /* 0 empty, 1 seen once, 2 captured, 3 capture failed (run directly) */
+  uint64_t used;
+};
+struct GraphCache {
+  GraphSlot slot[GRAPH_SLOTS];
+  uint64_t tick;
+};
+
+extern "C" void qg_cuda_gru_release(qg_ctx *ctx) {
+  GraphCache *gc = (GraphCache *)ctx->gru_graphs;
+  if (!gc) return;
+  for (int i = 0; i < GRAPH_SLOTS; i++)
+    if (gc->slot[i].state == 2) cudaGraphExecDestroy(gc->slot[i].exec);
+  free(gc);
+  ctx->gru_graphs = NULL;
+}
+
+template <typename F>
+static qg_status graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t keylen, F &&body) {
+  if (keylen > GRAPH_KEY) return body();
+  GraphCache *gc = (GraphCache *)ctx->gru_graphs;
+  if (!gc) {
+    gc = (GraphCache *)calloc(1, sizeof *gc);
+    if (!gc) return body();
+    ctx->gru_graphs = gc;
+  }
+  gc->tick++;
+  GraphSlot *hit = NULL, *victim = &gc->slot[0];
+  for (int i = 0; i < GRAPH_SLOTS; i++) {
+    GraphSlot *g = &gc->slot[i];
+    if (g->state && g->keylen == keylen && memcmp(g->key, key, keylen) == 0) { hit = g; break; }
+    if (!g->state || (victim->state && g->used < victim->used)) victim = g;
+  }
+  if (!hit) {   /* first sight: remember it, run directly */
+    if (victim->state == 2) cudaGraphExecDestroy(victim->exec);
+    memcpy(victim->key, key, keylen);
+    victim->keylen = keylen;
+    victim->state = 1;
+    victim->used = gc->tick;
+    return body();
+  }
+  hit->used = gc->tick;
+  if (hit->state == 3) return body();
+  if (hit->state == 1) {   /* second sight: capture */
+    cudaGraph_t graph = NULL;
+    hit->state = 3;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return body();
+    }
+    const qg_status bs = body();
+    const cudaError_t ce = cudaStreamEndCapture(st, &graph);
+    cudaGraphExec_t exec = NULL;
+    if (bs != QG_OK || ce != cudaSuccess || !graph || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return body();
+    }
+    cudaGraphDestroy(graph);
+    hit->exec = exec;
+    hit->state = 2;
+  }
+  return qg_cuda_status(ctx, "qg_gru (graph launch)", cudaGraphLaunch(hit->exec, st));
 }
 
 /* ---- fallback pointwise kernels (one thread per (row, unit)) ----------------------------------- */
@@ -269,18 +346,24 @@ static qg_status fwd_fallback(qg_ctx *ctx, const char *fn, const FwdArgs &a, int
   cublasHandle_t hb = dir_blas(ctx, dir);
   const int64_t N = a.N, H = a.H, NH = N * H;
   const unsigned blocks = qg_cuda_blocks(NH, 256);
-  for (int s = 0; s < a.T; s++) {
-    QG_CHECK(gemm(ctx, hb, fn, CUBLAS_OP_T, CUBLAS_OP_N, (int)(3 * H), (int)N, (int)H, D.R, (int)H,
-                  D.hs + (int64_t)s * NH, (int)H, 0.0f, Rh, (int)(3 * H)));
-    if (observe)
-      train ? fwd_point_kernel<true, true><<<blocks, 256, 0, st>>>(a, dir, s, Rh)
-            : fwd_point_kernel<true, false><<<blocks, 256, 0, st>>>(a, dir, s, Rh);
-    else
-      train ? fwd_point_kernel<false, true><<<blocks, 256, 0, st>>>(a, dir, s, Rh)
-            : fwd_point_kernel<false, false><<<blocks, 256, 0, st>>>(a, dir, s, Rh);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
-  return QG_OK;
+  auto body = [&]() -> qg_status {
+    for (int s = 0; s < a.T; s++) {
+      QG_CHECK(gemm(ctx, hb, fn, CUBLAS_OP_T, CUBLAS_OP_N, (int)(3 * H), (int)N, (int)H, D.R, (int)H,
+                    D.hs + (int64_t)s * NH, (int)H, 0.0f, Rh, (int)(3 * H)));
+      if (observe)
+        train ? fwd_point_kernel<true, true><<<blocks, 256, 0, st>>>(a, dir, s, Rh)
+              : fwd_point_kernel<true, false><<<blocks, 256, 0, st>>>(a, dir, s, Rh);
+      else
+        train ? fwd_point_kernel<false, true><<<blocks, 256, 0, st>>>(a, dir, s, Rh)
+              : fwd_point_kernel<false, false><<<blocks, 256, 0, st>>>(a, dir, s, Rh);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    return QG_OK;
+  };
+  struct { FwdArgs a; const float *Rh; int dir, observe, train, math, kind; } key;
+  memset(&key, 0, sizeof key);
+  key.a = a; key.Rh = Rh; key.dir = dir; key.observe = observe; key.train = train; key.math = ctx->math; key.kind = 1;
+  return graphed(ctx, st, &key, sizeof key, body);
 }
 
 /* The forward of ndirs directions (1, or 2 = a bidirectional layer). dirs[d] holds direction d's
@@ -387,15 +470,24 @@ static qg_status bwd_fallback(qg_ctx *ctx, const char *fn, const BwdArgs &a, int
   const unsigned blocks = qg_cuda_blocks(NH, 256);
   if (D.dhn) QG_CUDA_CHECK(ctx, fn, cudaMemcpyAsync(dh_a, D.dhn, (size_t)NH * sizeof(float), cudaMemcpyDeviceToDevice, st));
   else QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dh_a, 0, (size_t)NH * sizeof(float), st));
-  float *dh = dh_a, *dn = dh_b;
-  for (int s = a.T - 1; s >= 0; s--) {
-    bwd_point_kernel<<<blocks, 256, 0, st>>>(a, dir, s, dh, dn);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    /* dn [N, H] += dq_s [N, 3H] R [3H, H] */
-    QG_CHECK(gemm(ctx, hb, fn, CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)N, (int)H3, D.R, (int)H, D.dq + (int64_t)s * N * H3,
-                  (int)H3, 1.0f, dn, (int)H));
-    float *tmp = dh; dh = dn; dn = tmp;
-  }
+  auto body = [&]() -> qg_status {
+    float *dh = dh_a, *dn = dh_b;
+    for (int s = a.T - 1; s >= 0; s--) {
+      bwd_point_kernel<<<blocks, 256, 0, st>>>(a, dir, s, dh, dn);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+      /* dn [N, H] += dq_s [N, 3H] R [3H, H] */
+      QG_CHECK(gemm(ctx, hb, fn, CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)N, (int)H3, D.R, (int)H, D.dq + (int64_t)s * N * H3,
+                    (int)H3, 1.0f, dn, (int)H));
+      float *tmp = dh; dh = dn; dn = tmp;
+    }
+    return QG_OK;
+  };
+  struct { BwdArgs a; const float *dh_a, *dh_b; int dir, math, kind; } key;
+  memset(&key, 0, sizeof key);
+  key.a = a; key.dh_a = dh_a; key.dh_b = dh_b; key.dir = dir; key.math = ctx->math; key.kind = 2;
+  QG_CHECK(graphed(ctx, st, &key, sizeof key, body));
+  /* after T steps (an even or odd number of swaps) the gradient of h0 is in dh_a or dh_b */
+  float *dh = (a.T % 2 == 0) ? dh_a : dh_b;
   if (D.dh0) QG_CUDA_CHECK(ctx, fn, cudaMemcpyAsync(D.dh0, dh, (size_t)NH * sizeof(float), cudaMemcpyDeviceToDevice, st));
   return QG_OK;
 }

@@ -46,7 +46,24 @@ __device__ __forceinline__ int gru_row_len(const int64_t *len, int n, int T) {
   return L < 0 ? 0 : (L > T ? T : (int)L);
 }
 
-__device__ __forceinline__ float gru_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* sigmoid and tanh from the fast exponential (__expf: a few ulp, about 1e-6 relative at the
+ * arguments a GRU sees) and the approximate division; tanh takes the odd polynomial of core/gru_cpu.c
+ * below |x| = 0.625, where 1 - 2 / (e^2|x| + 1) would cancel. Saturated arguments give exactly 0, 1
+ * or +-1 (e = inf: the approximate division returns 0). */
+__device__ __forceinline__ float gru_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float gru_tanh(float x) {
+  const float a = fabsf(x);
+  const float big = 1.0f - __fdividef(2.0f, __expf(2.0f * a) + 1.0f);
+  const float x2 = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * x2 + 2.06390887954e-2f;
+  p = p * x2 - 5.37397155531e-2f;
+  p = p * x2 + 1.33314422036e-1f;
+  p = p * x2 - 3.33332819422e-1f;
+  const float small = p * x2 * x + x;
+  return a < 0.625f ? small : copysignf(big, x);
+}
 
 #define GRU_OBS(op, v) qg_stats_observe_dev(range + 4 * (op), counts + (int64_t)(op) * QG_STATS_BINS, (double)(v))
 
@@ -63,7 +80,7 @@ __device__ __forceinline__ float gru_cell(float wz, float wr, float wg, float rz
   q = rg + brg;
   const float rrh = r * q;
   const float gpre = wg + bxg + rrh;
-  g = tanhf(gpre);
+  g = gru_tanh(gpre);
   const float old = z * hp, nw = (1.0f - z) * g;
   const float h = old + nw;
   if (OBS) {
@@ -91,7 +108,7 @@ __device__ __forceinline__ void gru_cell_backward(float z, float r, float g, flo
  * the cluster owns hidden units [k Hk, min(H, (k + 1) Hk)) and keeps R's rows (forward) or columns
  * (backward) of those units in its shared memory. threads = max(Hk S, NB Hk) rounded to warps; S
  * threads split each unit's dot product. */
-enum { PERSIST_MAX_CLUSTER = 16, PERSIST_MAX_THREADS = 512 };
+enum { PERSIST_MAX_CLUSTER = 16, PERSIST_MAX_THREADS = 512, PERSIST_PREFETCH = 4 };
 struct PCfg {
   int K, Hk, NB, S, threads, groups;
   int smem;   /* dynamic shared memory bytes per block */

@@ -38,6 +38,29 @@ __device__ __forceinline__ void cluster_barrier(int K) {
   else __syncthreads();
 }
 
+/* Per-thread asynchronous copies (sm_80+): a thread's loads of later steps land in its own slots of
+ * a shared-memory ring; it waits for its own groups only, so no barrier is involved. */
+__device__ __forceinline__ void cp_async4(float *smem, const float *gmem) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the newest PERSIST_PREFETCH - 2 groups of this thread are complete */
+__device__ __forceinline__ void cp_async_wait_step() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PERSIST_PREFETCH - 2) : "memory");
+}
+
+/* sum of n partials p[0], p[stride], ... in four interleaved chains (a fixed order) */
+__device__ __forceinline__ float sum_partials(const float *p, int n, int stride) {
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  int q = 0;
+  for (; q + 4 <= n; q += 4) {
+    a0 += p[q * stride]; a1 += p[(q + 1) * stride]; a2 += p[(q + 2) * stride]; a3 += p[(q + 3) * stride];
+  }
+  for (; q < n; q++) a0 += p[q * stride];
+  return (a0 + a1) + (a2 + a3);
+}
+
 template <int NB, bool OBS, bool TRAIN>
 __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(const FwdArgs a, const PCfg c) {
   extern __shared__ __align__(16) float sm[];
@@ -50,10 +73,11 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
   const int hk = min(Hk, H - k0);
   const int n0 = group * NB;
   const int rows = min(NB, N - n0);
-  const int H3k = 3 * Hk;
+  const int H3k = 3 * Hk, NBHk = NB * Hk;
   float *Rs = sm;                       /* [H][3 Hk] */
   float *hb = Rs + (size_t)H * H3k;     /* [2][NB][H] */
   float *part = hb + 2 * NB * H;        /* [S][3][NB][Hk] */
+  float *ring = part + S * 3 * NBHk;    /* [PERSIST_PREFETCH][NB Hk][3]: x W^T of the coming steps */
   const int tid = threadIdx.x, nth = blockDim.x;
 
   for (int i = tid; i < H3k * H; i += nth) {
@@ -66,22 +90,28 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
     hb[i] = (i < NB * H && b < rows && D.h0) ? D.h0[(int64_t)(n0 + b) * H + k] : 0.0f;
   }
 
-  /* (row, unit) role */
+  /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk */
   const int pb = tid / Hk, pu = tid - (tid / Hk) * Hk;
   const bool pact = pb < rows && pu < hk;
   const int pn = n0 + pb, pj = k0 + pu;
   const int L = pact ? gru_row_len(a.len, pn, T) : 0;
-  float bxz = 0, bxr = 0, bxg = 0, brz = 0, brr = 0, brg = 0, wz = 0, wr = 0, wg = 0;
+  float bxz = 0, bxr = 0, bxg = 0, brz = 0, brr = 0, brg = 0;
+  /* step s's x W^T into ring slot s % PERSIST_PREFETCH (valid steps; one group per step) */
+  auto issue = [&](int s) {
+    if (s < L) {
+      const float *w = D.Wx + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * 3 * H + pj;
+      float *d = ring + ((s % PERSIST_PREFETCH) * NBHk + tid) * 3;
+      cp_async4(d, w); cp_async4(d + 1, w + H); cp_async4(d + 2, w + 2 * H);
+    }
+    cp_async_commit();
+  };
   if (pact) {
     bxz = D.bx[pj]; bxr = D.bx[H + pj]; bxg = D.bx[2 * H + pj];
     brz = D.br[pj]; brr = D.br[H + pj]; brg = D.br[2 * H + pj];
     D.hs[(int64_t)pn * H + pj] = D.h0 ? D.h0[(int64_t)pn * H + pj] : 0.0f;
-    if (L > 0) {
-      const float *w = D.Wx + ((int64_t)(D.reverse ? L - 1 : 0) * N + pn) * 3 * H + pj;
-      wz = w[0]; wr = w[H]; wg = w[2 * H];
-    }
+    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(q);
   }
-  /* matrix-vector role: unit mu, share ms */
+  /* matrix-vector role: unit mu, share ms of the k range (k = ms, ms + S, ...) */
   const int mu = tid % Hk, ms = tid / Hk;
   const bool mv = ms < S;
 
@@ -114,27 +144,21 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
     }
     __syncthreads();
     if (pact) {
-      float rz = 0.0f, rr = 0.0f, rg = 0.0f;
-      for (int q = 0; q < S; q++) {
-        const float *p = part + (q * 3 * NB + pb) * Hk + pu;
-        rz += p[0];
-        rr += p[NB * Hk];
-        rg += p[2 * NB * Hk];
-      }
+      const float *p = part + pb * Hk + pu;
+      const float rz = sum_partials(p, S, 3 * NBHk), rr = sum_partials(p + NBHk, S, 3 * NBHk),
+                  rg = sum_partials(p + 2 * NBHk, S, 3 * NBHk);
       const float hp = hc[pb * H + pj];
       float h;
+      cp_async_wait_step();
       if (s < L) {
         const int t = D.reverse ? L - 1 - s : s;
+        const float *w = ring + ((s % PERSIST_PREFETCH) * NBHk + tid) * 3;
         float z, r, g, q;
-        h = gru_cell<OBS>(wz, wr, wg, rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
+        h = gru_cell<OBS>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
         D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = h;
         if (TRAIN) {
           float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
           gp[0] = z; gp[H] = r; gp[2 * H] = g; gp[3 * H] = q;
-        }
-        if (s + 1 < L) {   /* next step's x W^T, loaded while the cluster synchronises */
-          const float *w = D.Wx + ((int64_t)(D.reverse ? L - 2 - s : s + 1) * N + pn) * 3 * H + pj;
-          wz = w[0]; wr = w[H]; wg = w[2 * H];
         }
       } else {   /* padded: the state stays, y at time index s is 0 */
         h = hp;
@@ -144,6 +168,7 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
           gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f;
         }
       }
+      issue(s + PERSIST_PREFETCH - 1);   /* into the slot step s - 1 used */
       D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = h;
       float *dst = hb + ((s + 1) & 1) * NB * H + pb * H + pj;
       if (K == 1) *dst = h;
@@ -166,9 +191,11 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
   const int hk = min(Hk, H - k0);
   const int n0 = group * NB;
   const int rows = min(NB, N - n0);
+  const int NBHk = NB * Hk;
   float *Rt = sm;                       /* [3H][Hk] */
   float *qb = Rt + (size_t)H3 * Hk;     /* [2][NB][3H] */
   float *part = qb + 2 * NB * H3;       /* [S][NB][Hk] */
+  float *ring = part + S * NBHk;        /* [PERSIST_PREFETCH][NB Hk][6]: z r g q, h, dy of the coming steps */
   const int tid = threadIdx.x, nth = blockDim.x;
 
   for (int i = tid; i < H3 * Hk; i += nth) {
@@ -182,17 +209,21 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
   const int pn = n0 + pb, pj = k0 + pu;
   const int L = pact ? gru_row_len(a.len, pn, T) : 0;
   float dh = 0.0f;
-  if (pact && D.dhn) dh = D.dhn[(int64_t)pn * H + pj];
-  /* the saved values of the next valid step, loaded one step ahead */
-  float gz = 0, gr = 0, gg = 0, gq = 0, hp = 0, dyv = 0;
-  auto load = [&](int s) {
-    const float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-    gz = gp[0]; gr = gp[H]; gg = gp[2 * H]; gq = gp[3 * H];
-    hp = D.hs[((int64_t)s * N + pn) * H + pj];
-    const int t = D.reverse ? L - 1 - s : s;
-    dyv = D.dy ? D.dy[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] : 0.0f;
+  /* the saved values of step s (valid steps) into ring slot (T - 1 - s) % PERSIST_PREFETCH */
+  auto issue = [&](int s) {
+    if (s >= 0 && s < L) {
+      float *d = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + tid) * 6;
+      const float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+      cp_async4(d, gp); cp_async4(d + 1, gp + H); cp_async4(d + 2, gp + 2 * H); cp_async4(d + 3, gp + 3 * H);
+      cp_async4(d + 4, D.hs + ((int64_t)s * N + pn) * H + pj);
+      if (D.dy) cp_async4(d + 5, D.dy + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * a.Hy + D.y_offset + pj);
+    }
+    cp_async_commit();
   };
-  if (pact && T - 1 < L) load(T - 1);
+  if (pact) {
+    if (D.dhn) dh = D.dhn[(int64_t)pn * H + pj];
+    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(T - 1 - q);
+  }
   const int mu = tid % Hk, ms = tid / Hk;
   const bool mv = ms < S;
 
@@ -203,9 +234,12 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
     float keep = 0.0f;
     if (pact) {
       float dz = 0.0f, dr = 0.0f, dgr = 0.0f;
+      cp_async_wait_step();
       if (s < L) {
+        const float *v = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + tid) * 6;
+        const float gz = v[0], gr = v[1], gg = v[2], gq = v[3], hp = v[4];
         const int t = D.reverse ? L - 1 - s : s;
-        const float dht = D.dy ? dh + dyv : dh;
+        const float dht = D.dy ? dh + v[5] : dh;
         float dg;
         gru_cell_backward(gz, gr, gg, gq, hp, dht, dz, dr, dg, keep);
         dgr = dg * gr;
@@ -216,9 +250,9 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
         float *dp = D.dp + ((int64_t)s * N + pn) * H3 + pj;
         dp[0] = 0.0f; dp[H] = 0.0f; dp[2 * H] = 0.0f;
       }
+      issue(s - (PERSIST_PREFETCH - 1));   /* into the slot step s + 1 used */
       float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
       dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
-      if (s >= 1 && s - 1 < L) load(s - 1);
       float *dst = qc + pb * H3 + pj;
       if (K == 1) {
         dst[0] = dz; dst[H] = dr; dst[2 * H] = dgr;
@@ -245,11 +279,7 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
       for (int b = 0; b < NB; b++) part[(ms * NB + b) * Hk + mu] = acc[b];
     }
     __syncthreads();
-    if (pact) {
-      float sum = 0.0f;
-      for (int q = 0; q < S; q++) sum += part[(q * NB + pb) * Hk + pu];
-      dh = keep + sum;
-    }
+    if (pact) dh = keep + sum_partials(part + pb * Hk + pu, S, NBHk);
   }
   if (pact && D.dh0) D.dh0[(int64_t)pn * H + pj] = dh;
 }
@@ -331,16 +361,35 @@ static int cluster_fits(qg_ctx *ctx, const void *f, const PCfg &c) {
 }
 
 static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S) {
-  return bwd ? 3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk : 3 * Hk * H + 2 * NB * H + S * 3 * NB * Hk;
+  return bwd ? 3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk + PERSIST_PREFETCH * NB * Hk * 6
+             : 3 * Hk * H + 2 * NB * H + S * 3 * NB * Hk + PERSIST_PREFETCH * NB * Hk * 3;
+}
+
+/* Estimated cycles of one step of one block (a latency model fitted to H100 timings; see
+ * bench/gpu.md): the serial share of the dot products or the block's shared-memory / FMA
+ * throughput, whichever is larger, plus the partial sums, the cell and the barriers. */
+static double step_cycles(int bwd, int H, int Hk, int NB, int S, int K, int observe) {
+  const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0;
+  const double iters = (double)((int)kd + S - 1) / S;
+  const double serial = iters * (6.0 + G * NB);
+  const double lds = (double)Hk * kd * (G + NB) / 32.0, fma = G * Hk * kd * NB / 128.0;
+  double mv = serial;
+  if (lds > mv) mv = lds;
+  if (fma > mv) mv = fma;
+  const double red = G * (S / 4.0 + 4.0) * 6.0 + 40.0;
+  const double cell = bwd ? 120.0 : 220.0;
+  const double sync = K > 1 ? 420.0 + 12.0 * K : 60.0;
+  return mv + red + cell + sync + 80.0 + (observe ? 3000.0 : 0.0);
 }
 
 int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg, double *est_us) {
-  enum { MAXC = 32 };
+  enum { MAXC = 96 };
   PCfg cand[MAXC];
   double est[MAXC];
   int nc = 0;
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
+  const int kd = bwd ? 3 * H : H;
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
     if (K > H) break;
@@ -351,32 +400,38 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
       const int NB = NBs[ni];
       if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > PERSIST_MAX_THREADS) break;
-      const int kd = bwd ? 3 * H : H;
-      int S = PERSIST_MAX_THREADS / Hk;
-      if (S > kd) S = kd;
-      if (S < 1) S = 1;
-      int threads = Hk * S > NB * Hk ? Hk * S : NB * Hk;
-      threads = (threads + 31) & ~31;
-      const int64_t bytes = smem_floats(bwd, H, Hk, NB, S) * (int64_t)sizeof(float);
-      if (bytes > ctx->smem_optin) continue;
-      const int groups = (N + NB - 1) / NB;
-      /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
-       * 128 per thread under the launch bounds) */
-      int per_sm = (int)((228 * 1024) / (bytes + 1024));
-      if (per_sm > 2048 / threads) per_sm = 2048 / threads;
-      if (per_sm > 512 / threads) per_sm = 512 / threads;
-      if (per_sm < 1) per_sm = 1;
-      int slots = (ctx->sm_count * per_sm / K) * K;
-      if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
-      if (slots < K) continue;
-      const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
-      const double G = bwd ? 1.0 : 3.0;
-      const double lds = (double)Hk * kd * (G + NB) / 32.0, fma = G * Hk * kd * NB / 128.0;
-      const double step = (lds > fma ? lds : fma) + (K > 1 ? 450.0 : 80.0) + 350.0 + 3.0 * S + (observe ? 3000.0 : 0.0);
-      if (nc < MAXC) {
-        cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes};
-        est[nc] = waves * T * step / 1700.0 + 5.0;   /* cycles at ~1.7 GHz, plus loading R */
-        nc++;
+      int Smax = PERSIST_MAX_THREADS / Hk;
+      if (Smax > kd) Smax = kd;
+      if (Smax < 1) Smax = 1;
+      /* threads per unit: the most that fit, and 1/2, 1/4, 1/8 of that (or the forced count) */
+      int Ss[4], ns = 0;
+      if (forced && ctx->persist_splits > 0) Ss[ns++] = ctx->persist_splits < Smax ? ctx->persist_splits : Smax;
+      else
+        for (int S = Smax; S >= 1 && ns < 4; S /= 2) Ss[ns++] = S;
+      for (int si = 0; si < ns; si++) {
+        const int S = Ss[si];
+        int threads = Hk * S > NB * Hk ? Hk * S : NB * Hk;
+        threads = (threads + 31) & ~31;
+        const int64_t bytes = smem_floats(bwd, H, Hk, NB, S) * (int64_t)sizeof(float);
+        if (bytes <= ctx->smem_optin) {
+          const int groups = (N + NB - 1) / NB;
+          /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
+           * 128 per thread under the launch bounds) */
+          int per_sm = (int)((228 * 1024) / (bytes + 1024));
+          if (per_sm > 2048 / threads) per_sm = 2048 / threads;
+          if (per_sm > 512 / threads) per_sm = 512 / threads;
+          if (per_sm < 1) per_sm = 1;
+          int slots = (ctx->sm_count * per_sm / K) * K;
+          if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
+          if (slots >= K && nc < MAXC) {
+            const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
+            cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes};
+            /* cycles at ~1.75 GHz, plus loading R (its bytes over ~1 TB/s per wave) */
+            est[nc] = waves * ((double)T * step_cycles(bwd, H, Hk, NB, S, K, observe) / 1750.0 +
+                               (double)bytes / 1.0e6 * 4.0) + 4.0;
+            nc++;
+          }
+        }
       }
     }
   }

@@ -29,6 +29,7 @@ local opt = cli.main(arg, {
   shapes = { "seed-small,seed-qat,medium,large,long-kws", "GPU: comma-separated shape names", { nonempty = true } },
   modes = { "strict,tf32", "GPU: comma-separated math modes", { nonempty = true } },
   paths = { true, "GPU: also time the float rows with the persistent and the fallback recurrence forced" },
+  sweep = { false, "GPU: instead, time the raw forward and backward calls over forced persistent kernel shapes" },
 }, "recipes/bench.lua: float vs QAT step time (GPU: the five bench_cudnn shapes; CPU: the recipe shape)")
 
 local device = opt.device
@@ -162,6 +163,76 @@ local function timed(f)
 end
 
 local function fmt(v) return type(v) == "number" and string.format("%.3f", v) or v end
+
+-- ---- GPU sweep: the raw C calls (no module) over forced persistent shapes ------------------------------
+if opt.sweep then
+  local ffi = clib.ffi
+  local md = { string.format("Raw qg_gru_forward (inference) and qg_gru_backward, ms, median of %d; K blocks per cluster, "
+                             .. "NB rows per cluster, S threads per unit (0 = chosen)", opt.repeats), "" }
+  local rows = {}
+  for _, name in ipairs(shapes) do
+    local sh = SHAPES[name]
+    local T, N, C, H = sh[1], sh[2], sh[3], sh[4]
+    qgru.seed(1)
+    local k = 1 / math.sqrt(H)
+    local function dev(shape, lo) return Tensor.new(shape, "f32"):uniform(-lo, lo):to("cuda") end
+    local x, W, R, bx, br = dev({ T, N, C }, 1), dev({ 3 * H, C }, k), dev({ 3 * H, H }, k), dev({ 3 * H }, k), dev({ 3 * H }, k)
+    local y, hs, gates = Tensor.new({ T, N, H }, "f32", "cuda"), Tensor.new({ T + 1, N, H }, "f32", "cuda"),
+                         Tensor.new({ T, N, 4 * H }, "f32", "cuda")
+    local dy = dev({ T, N, H }, 1e-3)
+    local dx, dW, dR, dbx, dbr = Tensor.new({ T, N, C }, "f32", "cuda"), Tensor.new({ 3 * H, C }, "f32", "cuda"),
+                                 Tensor.new({ 3 * H, H }, "f32", "cuda"), Tensor.new({ 3 * H }, "f32", "cuda"),
+                                 Tensor.new({ 3 * H }, "f32", "cuda")
+    local function fwd(g) return lib.qg_gru_forward(ctx, y.t, 0, hs.t, g and gates.t or nil, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0) end
+    local function bwd() return lib.qg_gru_backward(ctx, dx.t, dW.t, dR.t, dbx.t, dbr.t, nil, dy.t, 0, nil, x.t, W.t, R.t, hs.t, gates.t, nil, 0) end
+    local function run(f) local st = f(); if st ~= lib.QG_OK then error(ffi.string(lib.qg_last_error(ctx)), 0) end end
+    local function measure(label, K, NB, S, path)
+      qgru.setKernelPath(path)
+      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, K, NB, S))
+      local f = timed(function() run(function() return fwd(false) end) end)
+      local okf = pcall(run, function() return fwd(true) end)
+      local b = okf and timed(function() run(bwd) end) or "n/a"
+      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0))
+      if type(f) == "number" or type(b) == "number" then
+        rows[#rows + 1] = { shape = name, label = label, K = K, NB = NB, S = S, fwd_ms = f, bwd_ms = b }
+      end
+      return f, b
+    end
+    local fa, ba = measure("auto", 0, 0, 0, "auto")
+    local ff, bf = measure("fallback", 0, 0, 0, "fallback")
+    md[#md + 1] = string.format("%s (T%d N%d C%d H%d): auto fwd %s bwd %s; fallback fwd %s bwd %s", name, T, N, C, H, fmt(fa), fmt(ba),
+                                fmt(ff), fmt(bf))
+    log(md[#md])
+    local res = {}
+    for _, K in ipairs({ 1, 2, 4, 8, 16 }) do
+      for _, NB in ipairs({ 1, 2, 4, 8 }) do
+        if NB <= 2 * N then
+          for _, S in ipairs({ 0, 2, 4, 8, 16, 32, 64 }) do
+            local f, b = measure("forced", K, NB, S, "persistent")
+            if type(f) == "number" then res[#res + 1] = { K = K, NB = NB, S = S, f = f, b = b } end
+          end
+        end
+      end
+    end
+    for _, key in ipairs({ "f", "b" }) do
+      table.sort(res, function(p, q)
+        local a, c = type(p[key]) == "number" and p[key] or 1e9, type(q[key]) == "number" and q[key] or 1e9
+        return a < c
+      end)
+      local line = {}
+      for i = 1, math.min(10, #res) do
+        local r = res[i]
+        line[#line + 1] = string.format("K%d NB%d S%d: %s", r.K, r.NB, r.S, fmt(r[key]))
+      end
+      md[#md + 1] = string.format("  best %s: %s", key == "f" and "fwd" or "bwd", table.concat(line, " | "))
+      log(md[#md])
+    end
+  end
+  qgru.setKernelPath("auto")
+  local f = assert(io.open(dir .. "/sweep.md", "w")); f:write(table.concat(md, "\n"), "\n"); f:close()
+  json.write(dir .. "/sweep.json", json.array(rows))
+  return
+end
 
 local rows = {}
 for _, name in ipairs(shapes) do

@@ -88,26 +88,45 @@ describe("CUDA float GRU #gpu", function()
     local base = { dx = rnd({ T, N, C }, 0.5), W = rnd({ 3 * H, C }, 0.5), R = rnd({ 3 * H, H }, 0.5),
                    bx = rnd({ 3 * H }, 0.5), br = rnd({ 3 * H }, 0.5) }
 
-    local function run(ctx, dev)
+    -- reps > 1: the same buffers again (the fallback runs directly, then captures a graph, then
+    -- replays it); every repetition's results are kept (poisoned outputs, reset accumulators)
+    local function run(ctx, dev, reps)
       local function mv(t) return t and (dev == "cpu" and t or t:to(dev)) or nil end
       local out = {}
-      local function out_t(shape) return dev == "cpu" and Tensor.new(shape, "f32"):fill(7) or poison(shape) end
-      out.y, out.hs, out.gates = out_t({ T, N, Hy }), out_t({ T + 1, N, H }), out_t({ T, N, 4 * H })
-      local W, R, bx, br, xd, h0d, ld = mv(P.W), mv(P.R), mv(P.bx), mv(P.br), mv(x), mv(h0), mv(lens)
-      check(ctx, lib.qg_gru_forward(ctx, out.y.t, yoff, out.hs.t, out.gates.t, nil, xd.t, W.t, R.t, bx.t, br.t,
-                                    h0d and h0d.t or nil, ld and ld.t or nil, rev))
-      out.yi, out.hsi = out_t({ T, N, Hy }), out_t({ T + 1, N, H })   -- inference: no gates
-      check(ctx, lib.qg_gru_forward(ctx, out.yi.t, yoff, out.hsi.t, nil, nil, xd.t, W.t, R.t, bx.t, br.t,
-                                    h0d and h0d.t or nil, ld and ld.t or nil, rev))
+      local sevens = {}
+      local function out_t(key, shape)
+        sevens[key] = Tensor.new(shape, "f32"):fill(7)
+        out[key] = dev == "cpu" and sevens[key]:clone() or sevens[key]:to("cuda")
+      end
+      out_t("y", { T, N, Hy }); out_t("hs", { T + 1, N, H }); out_t("gates", { T, N, 4 * H })
+      out_t("yi", { T, N, Hy }); out_t("hsi", { T + 1, N, H }); out_t("dh0", { N, H })
       out.dx, out.dW, out.dR = base.dx:clone():to(dev), base.W:clone():to(dev), base.R:clone():to(dev)
-      out.dbx, out.dbr, out.dh0 = base.bx:clone():to(dev), base.br:clone():to(dev), out_t({ N, H })
+      out.dbx, out.dbr = base.bx:clone():to(dev), base.br:clone():to(dev)
+      local W, R, bx, br, xd, h0d, ld = mv(P.W), mv(P.R), mv(P.bx), mv(P.br), mv(x), mv(h0), mv(lens)
       local dyd, dhnd = mv(dy), mv(dhn)
-      check(ctx, lib.qg_gru_backward(ctx, out.dx.t, out.dW.t, out.dR.t, out.dbx.t, out.dbr.t, out.dh0.t,
-                                     dyd and dyd.t or nil, yoff, dhnd and dhnd.t or nil, xd.t, W.t, R.t, out.hs.t,
-                                     out.gates.t, ld and ld.t or nil, rev))
-      return out
+      local snaps = {}
+      for rep = 1, reps or 1 do
+        if rep > 1 then
+          for key, t in pairs(sevens) do out[key]:copy(t) end
+          out.dx:copy(base.dx); out.dW:copy(base.W); out.dR:copy(base.R); out.dbx:copy(base.bx); out.dbr:copy(base.br)
+        end
+        check(ctx, lib.qg_gru_forward(ctx, out.y.t, yoff, out.hs.t, out.gates.t, nil, xd.t, W.t, R.t, bx.t, br.t,
+                                      h0d and h0d.t or nil, ld and ld.t or nil, rev))
+        check(ctx, lib.qg_gru_forward(ctx, out.yi.t, yoff, out.hsi.t, nil, nil, xd.t, W.t, R.t, bx.t, br.t,   -- inference
+                                      h0d and h0d.t or nil, ld and ld.t or nil, rev))
+        check(ctx, lib.qg_gru_backward(ctx, out.dx.t, out.dW.t, out.dR.t, out.dbx.t, out.dbr.t, out.dh0.t,
+                                       dyd and dyd.t or nil, yoff, dhnd and dhnd.t or nil, xd.t, W.t, R.t, out.hs.t,
+                                       out.gates.t, ld and ld.t or nil, rev))
+        if (reps or 1) > 1 then
+          local snap = {}
+          for key, t in pairs(out) do snap[key] = t:to("cpu"):clone() end
+          snaps[rep] = snap
+        end
+      end
+      return out, snaps
     end
-    return run(cpu, "cpu"), run(gpu, "cuda"), base, run
+    local g, snaps = run(gpu, "cuda", cs.reps)
+    return run(cpu, "cpu"), g, base, snaps
   end
 
   local function compare(c, g, base, what)
@@ -149,7 +168,7 @@ describe("CUDA float GRU #gpu", function()
 
   after_each(function()
     qgru.setKernelPath("auto")
-    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 0, 0))
+    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 0, 0, 0))
   end)
 
   for _, path in ipairs({ "persistent", "fallback" }) do
@@ -164,15 +183,32 @@ describe("CUDA float GRU #gpu", function()
   end
 
   -- every cluster size and rows-per-cluster template of the persistent kernels
-  local forced = { { 1, 1 }, { 1, 2 }, { 1, 4 }, { 2, 8 }, { 4, 2 }, { 8, 4 }, { 16, 1 }, { 16, 8 }, { 2, 1 } }
+  local forced = { { 1, 1 }, { 1, 2 }, { 1, 4 }, { 2, 8 }, { 4, 2 }, { 8, 4 }, { 16, 1 }, { 16, 8 }, { 2, 1, 3 }, { 1, 1, 1 },
+                   { 4, 4, 5 } }
   for i, kn in ipairs(forced) do
     local cs = { T = 7, N = 11, C = 9, H = 61, h0 = true, lengths = true, reverse = i % 2, dhn = i % 3 == 0, yoff = i % 2 == 0 }
     local tag = (i == 4 and " #sanitize #race" or "") .. (i == 2 and " #race" or "")
-    it(string.format("persistent forced to %d blocks x %d rows == CPU (%s)%s", kn[1], kn[2], describe_case(cs), tag), function()
+    it(string.format("persistent forced to %d blocks x %d rows, %d splits == CPU (%s)%s", kn[1], kn[2], kn[3] or 0,
+                     describe_case(cs), tag), function()
       qgru.setKernelPath("persistent")
-      check(gpu, lib.qg_ctx_set_persist_shape(gpu, kn[1], kn[2]))
+      check(gpu, lib.qg_ctx_set_persist_shape(gpu, kn[1], kn[2], kn[3] or 0))
       local c, g, base = one_case(cs)
       compare(c, g, base, string.format("K%d NB%d", kn[1], kn[2]))
+    end)
+  end
+
+  for _, path in ipairs({ "fallback", "persistent" }) do
+    it(path .. ": three calls with the same buffers (direct, captured graph, replayed graph) == CPU, same bits", function()
+      qgru.setKernelPath(path)
+      for _, cs in ipairs({ { T = 9, N = 5, C = 6, H = 17, h0 = true, lengths = true, dhn = true, reps = 3 },
+                            { T = 12, N = 3, C = 4, H = 40, reverse = 1, yoff = true, reps = 3 } }) do
+        local c, _, base, snaps = one_case(cs)
+        assert.are.equal(3, #snaps)
+        for rep = 1, 3 do compare(c, snaps[rep], base, string.format("%s rep %d", path, rep)) end
+        for _, key in ipairs({ "y", "hs", "gates", "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+          identical(snaps[3][key], snaps[1][key], path .. " rep 3 vs rep 1 " .. key)
+        end
+      end
     end)
   end
 
@@ -180,12 +216,11 @@ describe("CUDA float GRU #gpu", function()
     for _, path in ipairs({ "persistent", "fallback" }) do
       qgru.setKernelPath(path)
       local cs = { T = 9, N = 6, C = 7, H = 33, h0 = true, lengths = true, reverse = 1, dhn = true }
-      local _, g1, _, run = one_case(cs)
+      local _, g1 = one_case(cs)
       local _, g2 = one_case(cs)
       for _, key in ipairs({ "y", "hs", "gates", "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
         identical(g1[key], g2[key], path .. " " .. key)
       end
-      assert(run)
     end
   end)
 
@@ -201,7 +236,7 @@ describe("CUDA float GRU #gpu", function()
     assert.is_truthy(msg:find("cannot hold H = 1024", 1, true), msg)
     qgru.setKernelPath("auto")   -- the fallback takes it
     check(gpu, lib.qg_gru_forward(gpu, y.t, 0, hs.t, nil, nil, x.t, W.t, R.t, b.t, b.t, nil, nil, 0))
-    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 16, 8))   -- a forced shape that cannot hold a small H either
+    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 16, 8, 0))   -- a forced shape that cannot hold a small H either
     qgru.setKernelPath("persistent")
     local H2 = 8
     local R2, b2 = Tensor.new({ 3 * H2, H2 }, "f32", "cuda"), Tensor.new({ 3 * H2 }, "f32", "cuda")
@@ -250,10 +285,14 @@ describe("CUDA float GRU #gpu", function()
         for _, m in ipairs({ { mc, "cpu" }, { mg, "cuda" } }) do
           local model, dev = m[1], m[2]
           model:training()
-          model:zeroGrad()
           local inp = input(dev)
-          local out = model:forward(inp)
-          local gi = model:backward(inp, gout:to(dev))
+          local out, gi
+          -- on the GPU three times with the same buffers: direct, captured, replayed (fallback)
+          for _ = 1, dev == "cuda" and 3 or 1 do
+            model:zeroGrad()
+            out = model:forward(inp)
+            gi = model:backward(inp, gout:to(dev))
+          end
           local grads = {}
           for _, e in ipairs(model:namedParameters()) do grads[#grads + 1] = { name = e.name, g = e.grad:to("cpu") } end
           outs[dev] = { out = out:to("cpu"), hn = model.h_n:to("cpu"), dx = (h0 and gi[1] or gi):to("cpu"),
