@@ -34,6 +34,7 @@ struct qg_ctx {
   int persist_cluster;        /* forced shape of the persistent GRU kernels (0, 0, 0: chosen per */
   int persist_rows;           /* call); qg_ctx_set_persist_shape */
   int persist_splits;
+  int persist_storage;
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };

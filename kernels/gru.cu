@@ -292,12 +292,13 @@ static qg_status colsum(qg_ctx *ctx, cudaStream_t st, const char *fn, ColJobs J,
 
 /* ---- which recurrence ----------------------------------------------------------------------------- */
 
-/* Rough cost of the fallback recurrence per step (us): launch-bound GEMM plus pointwise, or the
- * GEMM's arithmetic at about 30 TFLOP/s. */
-static double fallback_step_us(int64_t N, int64_t H) {
+/* Cost of the fallback recurrence per step (us), fitted to H100 timings of the captured loop
+ * (bench/gpu.md: about 3.7 us at long-kws, 13 at medium, 54 at large in fp32): a fixed cost for
+ * the two graph nodes and the small GEMM's latency, plus its arithmetic at the rate of the math
+ * mode. */
+static double fallback_step_us(const qg_ctx *ctx, int64_t N, int64_t H) {
   const double flops = 2.0 * (double)N * 3.0 * (double)H * (double)H;
-  const double gemm = flops / 30e6;
-  return (gemm > 6.0 ? gemm : 6.0) + 3.0;
+  return 5.0 + flops / (ctx->math == QG_MATH_TF32 ? 100e6 : 25e6);
 }
 
 /* Chooses the persistent configuration for the recurrence (or none: returns 0 and fills why). */
@@ -332,7 +333,7 @@ static int use_persistent(qg_ctx *ctx, const char *fn, int bwd, int64_t T, int64
   if (!fits) return 0;
   if (ctx->persist_cluster > 0) return 1;   /* a forced shape that fits */
   /* the fallback runs the directions on two streams at the same time */
-  const double fb = (double)T * fallback_step_us(N, H) * (bwd ? 1.6 : 1.0);
+  const double fb = (double)T * fallback_step_us(ctx, N, H) * (bwd ? 1.1 : 1.0);
   return est <= fb ? 1 : 0;
 }
 

@@ -106,13 +106,19 @@ __device__ __forceinline__ void gru_cell_backward(float z, float r, float g, flo
 /* ---- the persistent recurrence (kernels/gru_persist.cu) -----------------------------------------
  * A launch is groups x K blocks per direction: a cluster of K blocks runs NB batch rows; block k of
  * the cluster owns hidden units [k Hk, min(H, (k + 1) Hk)) and keeps R's rows (forward) or columns
- * (backward) of those units in its shared memory. threads = max(Hk S, NB Hk) rounded to warps; S
- * threads split each unit's dot product. */
+ * (backward) of those units on chip: in shared memory (KPT = 0; threads = max(Hk S, NB Hk) rounded
+ * to warps, S threads split each unit's dot product, partial sums through shared memory) or in
+ * registers (KPT > 0: S lanes of a warp split each unit's dot product, KPT entries each, partial
+ * sums by shuffles; threads = Hk S rounded to warps). */
 enum { PERSIST_MAX_CLUSTER = 16, PERSIST_MAX_THREADS = 512, PERSIST_PREFETCH = 4 };
 struct PCfg {
   int K, Hk, NB, S, threads, groups;
   int smem;   /* dynamic shared memory bytes per block */
+  int KPT;    /* 0: R in shared memory (gru_persist.cu); else R in registers, KPT entries per thread
+               * and gate (gru_persist_reg.cu) */
 };
+/* The register-variant kernel for (backward?, rows per cluster, KPT), or NULL if not instantiated. */
+const void *persist_reg_kernel(int bwd, int NB, int KPT);
 
 /* The best configuration for this shape (1), or none fits (0). *est_us: estimated time of the
  * recurrence. bwd: the backward recurrence; observe: the forward with the statistics observer. */

@@ -25,41 +25,9 @@
  * one step ahead. Strided shares (k = s0, s0 + S, ...) keep the shared-memory reads of a warp in
  * distinct banks or broadcast.
  */
-#include "gru_common.cuh"
-
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
+#include "gru_persist.cuh"
 
 /* ---- kernels -------------------------------------------------------------------------------------- */
-
-__device__ __forceinline__ void cluster_barrier(int K) {
-  if (K > 1) cg::this_cluster().sync();
-  else __syncthreads();
-}
-
-/* Per-thread asynchronous copies (sm_80+): a thread's loads of later steps land in its own slots of
- * a shared-memory ring; it waits for its own groups only, so no barrier is involved. */
-__device__ __forceinline__ void cp_async4(float *smem, const float *gmem) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* all but the newest PERSIST_PREFETCH - 2 groups of this thread are complete */
-__device__ __forceinline__ void cp_async_wait_step() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PERSIST_PREFETCH - 2) : "memory");
-}
-
-/* sum of n partials p[0], p[stride], ... in four interleaved chains (a fixed order) */
-__device__ __forceinline__ float sum_partials(const float *p, int n, int stride) {
-  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-  int q = 0;
-  for (; q + 4 <= n; q += 4) {
-    a0 += p[q * stride]; a1 += p[(q + 1) * stride]; a2 += p[(q + 2) * stride]; a3 += p[(q + 3) * stride];
-  }
-  for (; q < n; q++) a0 += p[q * stride];
-  return (a0 + a1) + (a2 + a3);
-}
 
 template <int NB, bool OBS, bool TRAIN>
 __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(const FwdArgs a, const PCfg c) {
@@ -360,16 +328,28 @@ static int cluster_fits(qg_ctx *ctx, const void *f, const PCfg &c) {
   return fits;
 }
 
-static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S) {
+static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT) {
+  if (KPT) return 2 * NB * S * KPT + PERSIST_PREFETCH * NB * Hk * (bwd ? 6 : 3);
   return bwd ? 3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk + PERSIST_PREFETCH * NB * Hk * 6
              : 3 * Hk * H + 2 * NB * H + S * 3 * NB * Hk + PERSIST_PREFETCH * NB * Hk * 3;
 }
 
-/* Estimated cycles of one step of one block (a latency model fitted to H100 timings; see
- * bench/gpu.md): the serial share of the dot products or the block's shared-memory / FMA
- * throughput, whichever is larger, plus the partial sums, the cell and the barriers. */
-static double step_cycles(int bwd, int H, int Hk, int NB, int S, int K, int observe) {
+/* Estimated cycles of one step of one block, fitted to H100 timings of the shared-memory variant
+ * (bench/gpu.md: about 1900 cycles per step in one block, 3500 in a cluster of 8 or 16): the
+ * block's shared-memory or FMA throughput, or the serial share of one thread, whichever is
+ * larger, plus the partial sums, the cell, the barriers and a fixed cost. The register variant has
+ * no R reads from shared memory, one barrier per step and shuffles instead of partial sums. */
+static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int threads, int K, int observe) {
   const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0;
+  const double cell = bwd ? 120.0 : 220.0, obs = observe ? 3000.0 : 0.0;
+  if (KPT) {
+    const double fma = (double)threads * KPT * G * NB / 128.0, serial = KPT * G * NB + KPT / 4.0 * NB * 8.0;
+    double lg = 0;
+    for (int s = S; s > 1; s >>= 1) lg += 1.0;
+    const double shfl = lg * (30.0 + (double)threads * G * NB / 32.0);
+    const double sync = K > 1 ? 1700.0 + 20.0 * K : 150.0;
+    return (fma > serial ? fma : serial) + shfl + cell + sync + 300.0 + obs;
+  }
   const double iters = (double)((int)kd + S - 1) / S;
   const double serial = iters * (6.0 + G * NB);
   const double lds = (double)Hk * kd * (G + NB) / 32.0, fma = G * Hk * kd * NB / 128.0;
@@ -377,18 +357,20 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int K, int obse
   if (lds > mv) mv = lds;
   if (fma > mv) mv = fma;
   const double red = G * (S / 4.0 + 4.0) * 6.0 + 40.0;
-  const double cell = bwd ? 120.0 : 220.0;
-  const double sync = K > 1 ? 420.0 + 12.0 * K : 60.0;
-  return mv + red + cell + sync + 80.0 + (observe ? 3000.0 : 0.0);
+  const double sync = K > 1 ? 1900.0 + 20.0 * K : 300.0;
+  return 1.3 * mv + red + cell + sync + 600.0 + obs;
 }
 
+static const int FWD_KPT[3] = {4, 8, 16}, BWD_KPT[3] = {12, 24, 48};
+
 int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg, double *est_us) {
-  enum { MAXC = 96 };
+  enum { MAXC = 160 };
   PCfg cand[MAXC];
   double est[MAXC];
   int nc = 0;
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
+  const int storage = ctx->persist_storage;   /* 0 either, 1 shared memory, 2 registers */
   const int kd = bwd ? 3 * H : H;
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
@@ -400,38 +382,53 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
       const int NB = NBs[ni];
       if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > PERSIST_MAX_THREADS) break;
-      int Smax = PERSIST_MAX_THREADS / Hk;
-      if (Smax > kd) Smax = kd;
-      if (Smax < 1) Smax = 1;
-      /* threads per unit: the most that fit, and 1/2, 1/4, 1/8 of that (or the forced count) */
-      int Ss[4], ns = 0;
-      if (forced && ctx->persist_splits > 0) Ss[ns++] = ctx->persist_splits < Smax ? ctx->persist_splits : Smax;
-      else
-        for (int S = Smax; S >= 1 && ns < 4; S /= 2) Ss[ns++] = S;
-      for (int si = 0; si < ns; si++) {
-        const int S = Ss[si];
-        int threads = Hk * S > NB * Hk ? Hk * S : NB * Hk;
-        threads = (threads + 31) & ~31;
-        const int64_t bytes = smem_floats(bwd, H, Hk, NB, S) * (int64_t)sizeof(float);
-        if (bytes <= ctx->smem_optin) {
-          const int groups = (N + NB - 1) / NB;
-          /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
-           * 128 per thread under the launch bounds) */
-          int per_sm = (int)((228 * 1024) / (bytes + 1024));
-          if (per_sm > 2048 / threads) per_sm = 2048 / threads;
-          if (per_sm > 512 / threads) per_sm = 512 / threads;
-          if (per_sm < 1) per_sm = 1;
-          int slots = (ctx->sm_count * per_sm / K) * K;
-          if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
-          if (slots >= K && nc < MAXC) {
-            const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
-            cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes};
-            /* cycles at ~1.75 GHz, plus loading R (its bytes over ~1 TB/s per wave) */
-            est[nc] = waves * ((double)T * step_cycles(bwd, H, Hk, NB, S, K, observe) / 1750.0 +
-                               (double)bytes / 1.0e6 * 4.0) + 4.0;
-            nc++;
-          }
+      /* (S, KPT) pairs: shared memory: S threads per unit, the most that fit and 1/2, 1/4, 1/8 of
+       * that (or the forced count); registers: S = 2..32 lanes (powers of two, NB <= S), KPT the
+       * smallest instantiated share that covers kd / S */
+      int Ss[12], Kp[12], ns = 0;
+      if (storage != 2) {
+        int Smax = PERSIST_MAX_THREADS / Hk;
+        if (Smax > kd) Smax = kd;
+        if (Smax < 1) Smax = 1;
+        if (forced && ctx->persist_splits > 0) { Ss[ns] = ctx->persist_splits < Smax ? ctx->persist_splits : Smax; Kp[ns++] = 0; }
+        else
+          for (int S = Smax; S >= 1 && ns < 4; S /= 2) { Ss[ns] = S; Kp[ns++] = 0; }
+      }
+      if (storage != 1 && !observe)
+        for (int S = 2; S <= 32; S *= 2) {
+          if (S < NB || (forced && ctx->persist_splits > 0 && S != ctx->persist_splits)) continue;
+          const int need = (kd + S - 1) / S;
+          const int *set = bwd ? BWD_KPT : FWD_KPT;
+          int kpt = 0;
+          for (int i = 0; i < 3 && !kpt; i++)
+            if (set[i] >= need) kpt = set[i];
+          if (!kpt || (kd + kpt - 1) / kpt < S / 2 + 1) continue;   /* no lane group more than half idle */
+          if (Hk * S > PERSIST_MAX_THREADS) continue;
+          Ss[ns] = S; Kp[ns++] = kpt;
         }
+      for (int si = 0; si < ns; si++) {
+        const int S = Ss[si], KPT = Kp[si];
+        int threads = KPT ? Hk * S : (Hk * S > NB * Hk ? Hk * S : NB * Hk);
+        threads = (threads + 31) & ~31;
+        const int64_t bytes = smem_floats(bwd, H, Hk, NB, S, KPT) * (int64_t)sizeof(float);
+        if (bytes > ctx->smem_optin) continue;
+        const int groups = (N + NB - 1) / NB;
+        /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
+         * 128 per thread under the launch bounds) */
+        int per_sm = (int)((228 * 1024) / (bytes + 1024));
+        if (per_sm > 2048 / threads) per_sm = 2048 / threads;
+        if (per_sm > 512 / threads) per_sm = 512 / threads;
+        if (per_sm < 1) per_sm = 1;
+        int slots = (ctx->sm_count * per_sm / K) * K;
+        if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
+        if (slots < K || nc >= MAXC) continue;
+        const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
+        cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes, KPT};
+        /* cycles at ~1.75 GHz, plus loading R (its share over ~1 TB/s per wave) */
+        const double rbytes = 12.0 * (double)H * Hk;
+        est[nc] = waves * ((double)T * step_cycles(bwd, H, Hk, NB, S, KPT, threads, K, observe) / 1750.0 +
+                           rbytes / 1.0e6) + 4.0;
+        nc++;
       }
     }
   }
@@ -441,8 +438,9 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
     for (int i = 0; i < nc; i++)
       if (est[i] >= 0 && (bi < 0 || est[i] < est[bi])) bi = i;
     if (bi < 0) break;
-    const void *f = bwd ? bwd_kernel(cand[bi].NB) : fwd_kernel(cand[bi].NB, observe, 1);
-    if (cand[bi].K == 1 || cluster_fits(ctx, f, cand[bi])) {
+    const void *f = cand[bi].KPT ? persist_reg_kernel(bwd, cand[bi].NB, cand[bi].KPT)
+                                 : (bwd ? bwd_kernel(cand[bi].NB) : fwd_kernel(cand[bi].NB, observe, 1));
+    if (f && (cand[bi].K == 1 || cluster_fits(ctx, f, cand[bi]))) {
       *cfg = cand[bi];
       *est_us = est[bi];
       return 1;
@@ -464,12 +462,14 @@ qg_status persist_forward(qg_ctx *ctx, const char *fn, const FwdArgs &a, const P
   FwdArgs ka = a;
   PCfg kc = cfg;
   void *args[2] = {(void *)&ka, (void *)&kc};
-  return launch(ctx, fn, fwd_kernel(cfg.NB, observe, train), cfg, ndirs, args);
+  const void *f = cfg.KPT ? persist_reg_kernel(0, cfg.NB, cfg.KPT) : fwd_kernel(cfg.NB, observe, train);
+  return launch(ctx, fn, f, cfg, ndirs, args);
 }
 
 qg_status persist_backward(qg_ctx *ctx, const char *fn, const BwdArgs &a, const PCfg &cfg, int ndirs) {
   BwdArgs ka = a;
   PCfg kc = cfg;
   void *args[2] = {(void *)&ka, (void *)&kc};
-  return launch(ctx, fn, bwd_kernel(cfg.NB), cfg, ndirs, args);
+  const void *f = cfg.KPT ? persist_reg_kernel(1, cfg.NB, cfg.KPT) : bwd_kernel(cfg.NB);
+  return launch(ctx, fn, f, cfg, ndirs, args);
 }

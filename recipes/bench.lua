@@ -186,30 +186,35 @@ if opt.sweep then
     local function fwd(g) return lib.qg_gru_forward(ctx, y.t, 0, hs.t, g and gates.t or nil, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0) end
     local function bwd() return lib.qg_gru_backward(ctx, dx.t, dW.t, dR.t, dbx.t, dbr.t, nil, dy.t, 0, nil, x.t, W.t, R.t, hs.t, gates.t, nil, 0) end
     local function run(f) local st = f(); if st ~= lib.QG_OK then error(ffi.string(lib.qg_last_error(ctx)), 0) end end
-    local function measure(label, K, NB, S, path)
+    local function measure(label, K, NB, S, path, storage)
       qgru.setKernelPath(path)
-      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, K, NB, S))
+      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, K, NB, S, storage or 0))
       local f = timed(function() run(function() return fwd(false) end) end)
       local okf = pcall(run, function() return fwd(true) end)
       local b = okf and timed(function() run(bwd) end) or "n/a"
-      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0))
+      clib.check(ctx, lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0))
       if type(f) == "number" or type(b) == "number" then
-        rows[#rows + 1] = { shape = name, label = label, K = K, NB = NB, S = S, fwd_ms = f, bwd_ms = b }
+        rows[#rows + 1] = { shape = name, label = label, K = K, NB = NB, S = S, storage = storage or 0, fwd_ms = f, bwd_ms = b }
       end
       return f, b
     end
     local fa, ba = measure("auto", 0, 0, 0, "auto")
     local ff, bf = measure("fallback", 0, 0, 0, "fallback")
-    md[#md + 1] = string.format("%s (T%d N%d C%d H%d): auto fwd %s bwd %s; fallback fwd %s bwd %s", name, T, N, C, H, fmt(fa), fmt(ba),
-                                fmt(ff), fmt(bf))
+    local fs, bs = measure("auto-smem", 0, 0, 0, "persistent", 1)
+    local fr, br_ = measure("auto-regs", 0, 0, 0, "persistent", 2)
+    md[#md + 1] = string.format("%s (T%d N%d C%d H%d): auto fwd %s bwd %s; fallback fwd %s bwd %s; best-estimate R in shared "
+                                .. "memory fwd %s bwd %s, in registers fwd %s bwd %s", name, T, N, C, H, fmt(fa), fmt(ba),
+                                fmt(ff), fmt(bf), fmt(fs), fmt(bs), fmt(fr), fmt(br_))
     log(md[#md])
     local res = {}
     for _, K in ipairs({ 1, 2, 4, 8, 16 }) do
       for _, NB in ipairs({ 1, 2, 4, 8 }) do
         if NB <= 2 * N then
-          for _, S in ipairs({ 0, 2, 4, 8, 16, 32, 64 }) do
-            local f, b = measure("forced", K, NB, S, "persistent")
-            if type(f) == "number" then res[#res + 1] = { K = K, NB = NB, S = S, f = f, b = b } end
+          for _, st in ipairs({ { 1, { 0, 8, 32 } }, { 2, { 4, 8, 16, 32 } } }) do
+            for _, S in ipairs(st[2]) do
+              local f, b = measure("forced", K, NB, S, "persistent", st[1])
+              if type(f) == "number" then res[#res + 1] = { K = K, NB = NB, S = S, st = st[1], f = f, b = b } end
+            end
           end
         end
       end
@@ -222,7 +227,7 @@ if opt.sweep then
       local line = {}
       for i = 1, math.min(10, #res) do
         local r = res[i]
-        line[#line + 1] = string.format("K%d NB%d S%d: %s", r.K, r.NB, r.S, fmt(r[key]))
+        line[#line + 1] = string.format("%s K%d NB%d S%d: %s", r.st == 2 and "reg" or "smem", r.K, r.NB, r.S, fmt(r[key]))
       end
       md[#md + 1] = string.format("  best %s: %s", key == "f" and "fwd" or "bwd", table.concat(line, " | "))
       log(md[#md])

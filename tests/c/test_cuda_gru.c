@@ -90,13 +90,13 @@ static void expect(const char *name, const char *what, double e) {
 
 typedef struct {
   int T, N, C, H, reverse, h0, lengths, bidir;
-  int path, K, NB, S;   /* QG_PATH_*, forced persistent shape (0: chosen) */
+  int path, K, NB, S, storage;   /* QG_PATH_*, forced persistent shape (0: chosen), R's storage */
 } tcase;
 
 static void run(const tcase *c) {
   char name[160];
-  snprintf(name, sizeof name, "T%d N%d C%d H%d rev%d h0%d len%d bidir%d path%d K%d NB%d S%d", c->T, c->N, c->C, c->H,
-           c->reverse, c->h0, c->lengths, c->bidir, c->path, c->K, c->NB, c->S);
+  snprintf(name, sizeof name, "T%d N%d C%d H%d rev%d h0%d len%d bidir%d path%d K%d NB%d S%d storage%d", c->T, c->N, c->C,
+           c->H, c->reverse, c->h0, c->lengths, c->bidir, c->path, c->K, c->NB, c->S, c->storage);
   const int64_t T = c->T, N = c->N, C = c->C, H = c->H, D = c->bidir ? 2 : 1;
   const double k = 1.2 / sqrt((double)H);
   ctx_err = cpu;
@@ -193,22 +193,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tcase all[] = {
-    {6, 3, 5, 7, 1, 1, 1, 0, QG_PATH_PERSISTENT, 0, 0, 0},
-    {6, 3, 5, 7, 1, 1, 1, 0, QG_PATH_FALLBACK, 0, 0, 0},
-    {5, 4, 3, 33, 0, 1, 1, 1, QG_PATH_PERSISTENT, 0, 0, 0},
-    {5, 4, 3, 33, 0, 1, 1, 1, QG_PATH_FALLBACK, 0, 0, 0},
-    {7, 11, 9, 61, 1, 1, 1, 0, QG_PATH_PERSISTENT, 2, 8, 0},
-    {7, 11, 9, 61, 0, 0, 1, 0, QG_PATH_PERSISTENT, 16, 2, 0},
-    {7, 11, 9, 61, 1, 1, 0, 0, QG_PATH_PERSISTENT, 1, 4, 3},
-    {9, 5, 4, 130, 0, 1, 1, 1, QG_PATH_PERSISTENT, 4, 2, 0},
-    {9, 17, 300, 130, 1, 1, 1, 0, QG_PATH_FALLBACK, 0, 0, 0},
-    {4, 4, 8, 520, 0, 0, 1, 0, QG_PATH_PERSISTENT, 0, 0, 0},
+    {6, 3, 5, 7, 1, 1, 1, 0, QG_PATH_PERSISTENT, 0, 0, 0, 0},
+    {6, 3, 5, 7, 1, 1, 1, 0, QG_PATH_FALLBACK, 0, 0, 0, 0},
+    {5, 4, 3, 33, 0, 1, 1, 1, QG_PATH_PERSISTENT, 0, 0, 0, 0},
+    {5, 4, 3, 33, 0, 1, 1, 1, QG_PATH_FALLBACK, 0, 0, 0, 0},
+    {7, 11, 9, 61, 1, 1, 1, 0, QG_PATH_PERSISTENT, 2, 8, 0, 1},
+    {7, 11, 9, 61, 0, 1, 1, 0, QG_PATH_PERSISTENT, 2, 4, 16, 2},
+    {7, 11, 9, 61, 0, 0, 1, 0, QG_PATH_PERSISTENT, 16, 2, 0, 1},
+    {7, 11, 9, 61, 1, 1, 0, 0, QG_PATH_PERSISTENT, 1, 4, 3, 1},
+    {7, 11, 9, 61, 1, 1, 1, 1, QG_PATH_PERSISTENT, 16, 8, 8, 2},
+    {9, 5, 4, 130, 0, 1, 1, 1, QG_PATH_PERSISTENT, 4, 2, 0, 0},
+    {9, 17, 300, 130, 1, 1, 1, 0, QG_PATH_FALLBACK, 0, 0, 0, 0},
+    {4, 4, 8, 520, 0, 0, 1, 0, QG_PATH_PERSISTENT, 0, 0, 0, 0},
   };
   const int n = quick ? 6 : (int)(sizeof all / sizeof all[0]);
   for (int i = 0; i < n; i++) {
     ctx_err = gpu;
     CK(qg_ctx_set_kernel_path(gpu, all[i].path));
-    CK(qg_ctx_set_persist_shape(gpu, all[i].K, all[i].NB, all[i].S));
+    CK(qg_ctx_set_persist_shape(gpu, all[i].K, all[i].NB, all[i].S, all[i].storage));
     run(&all[i]);
   }
   qg_ctx_destroy(gpu);

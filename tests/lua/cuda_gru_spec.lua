@@ -7,7 +7,7 @@
 --   * odd sizes (N in {1, 3, 17}, H in {1, 7, 130}, C in {1, 5, 300}), both directions, h0,
 --     variable lengths, with and without dy / dhn; each on the persistent and the fallback
 --     recurrence (qgru.setKernelPath), and the persistent kernel forced to every cluster size and
---     rows per cluster (qg_ctx_set_persist_shape);
+--     rows per cluster, R in shared memory and in registers (qg_ctx_set_persist_shape);
 --   * nn.GRU multi-layer and bidirectional (qg_gru_forward_bidir / qg_gru_backward_bidir) with h0
 --     and lengths: output, h_n, gradInput and every parameter gradient;
 --   * the statistics observer: min/max equal, counts identical for the input row, histograms equal
@@ -168,7 +168,7 @@ describe("CUDA float GRU #gpu", function()
 
   after_each(function()
     qgru.setKernelPath("auto")
-    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 0, 0, 0))
+    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 0, 0, 0, 0))
   end)
 
   for _, path in ipairs({ "persistent", "fallback" }) do
@@ -183,17 +183,18 @@ describe("CUDA float GRU #gpu", function()
   end
 
   -- every cluster size and rows-per-cluster template of the persistent kernels
+  -- {K, NB, S, storage}: storage 1 = R in shared memory, 2 = R in registers (S lanes per unit)
   local forced = { { 1, 1 }, { 1, 2 }, { 1, 4 }, { 2, 8 }, { 4, 2 }, { 8, 4 }, { 16, 1 }, { 16, 8 }, { 2, 1, 3 }, { 1, 1, 1 },
-                   { 4, 4, 5 } }
+                   { 4, 4, 5 }, { 1, 1, 8, 2 }, { 2, 4, 16, 2 }, { 4, 2, 4, 2 }, { 16, 8, 8, 2 }, { 8, 1, 16, 2 }, { 1, 4, 4, 2 } }
   for i, kn in ipairs(forced) do
     local cs = { T = 7, N = 11, C = 9, H = 61, h0 = true, lengths = true, reverse = i % 2, dhn = i % 3 == 0, yoff = i % 2 == 0 }
-    local tag = (i == 4 and " #sanitize #race" or "") .. (i == 2 and " #race" or "")
-    it(string.format("persistent forced to %d blocks x %d rows, %d splits == CPU (%s)%s", kn[1], kn[2], kn[3] or 0,
-                     describe_case(cs), tag), function()
+    local tag = ((i == 4 or i == 13) and " #sanitize #race" or "") .. (i == 2 and " #race" or "")
+    it(string.format("persistent forced to %d blocks x %d rows, %d splits, R in %s == CPU (%s)%s", kn[1], kn[2], kn[3] or 0,
+                     kn[4] == 2 and "registers" or "shared memory", describe_case(cs), tag), function()
       qgru.setKernelPath("persistent")
-      check(gpu, lib.qg_ctx_set_persist_shape(gpu, kn[1], kn[2], kn[3] or 0))
+      check(gpu, lib.qg_ctx_set_persist_shape(gpu, kn[1], kn[2], kn[3] or 0, kn[4] or 1))
       local c, g, base = one_case(cs)
-      compare(c, g, base, string.format("K%d NB%d", kn[1], kn[2]))
+      compare(c, g, base, string.format("K%d NB%d S%d storage %d", kn[1], kn[2], kn[3] or 0, kn[4] or 1))
     end)
   end
 
@@ -236,7 +237,7 @@ describe("CUDA float GRU #gpu", function()
     assert.is_truthy(msg:find("cannot hold H = 1024", 1, true), msg)
     qgru.setKernelPath("auto")   -- the fallback takes it
     check(gpu, lib.qg_gru_forward(gpu, y.t, 0, hs.t, nil, nil, x.t, W.t, R.t, b.t, b.t, nil, nil, 0))
-    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 16, 8, 0))   -- a forced shape that cannot hold a small H either
+    check(gpu, lib.qg_ctx_set_persist_shape(gpu, 16, 8, 0, 0))   -- a forced shape that cannot hold a small H either
     qgru.setKernelPath("persistent")
     local H2 = 8
     local R2, b2 = Tensor.new({ 3 * H2, H2 }, "f32", "cuda"), Tensor.new({ 3 * H2 }, "f32", "cuda")
