@@ -334,22 +334,21 @@ static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S
              : 3 * Hk * H + 2 * NB * H + S * 3 * NB * Hk + PERSIST_PREFETCH * NB * Hk * 3;
 }
 
-/* Estimated cycles of one step of one block, fitted to H100 timings of the shared-memory variant
- * (bench/gpu.md: about 1900 cycles per step in one block, 3500 in a cluster of 8 or 16): the
- * block's shared-memory or FMA throughput, or the serial share of one thread, whichever is
- * larger, plus the partial sums, the cell, the barriers and a fixed cost. The register variant has
- * no R reads from shared memory, one barrier per step and shuffles instead of partial sums. */
+/* Estimated cycles of one step of one block (one block per SM), fitted to H100/H200 timings
+ * (bench/gpu.md).
+ * Shared-memory variant (about 1900 cycles per step in one block, 3500 in a cluster of 8 or 16):
+ * the block's shared-memory or FMA throughput, or one thread's serial share, whichever is larger,
+ * plus the partial sums, the cell, the barriers and a fixed cost.
+ * Register variant (about 1100 cycles per step in one block of 256 threads): a fixed cost, the
+ * threads, the dependent FMA chains, and in a cluster a cost growing with its threads. */
 static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int threads, int K, int observe) {
-  const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0;
-  const double cell = bwd ? 120.0 : 220.0, obs = observe ? 3000.0 : 0.0;
+  const double obs = observe ? 3000.0 : 0.0;
   if (KPT) {
-    const double fma = (double)threads * KPT * G * NB / 128.0, serial = KPT * G * NB + KPT / 4.0 * NB * 8.0;
-    double lg = 0;
-    for (int s = S; s > 1; s >>= 1) lg += 1.0;
-    const double shfl = lg * (30.0 + (double)threads * G * NB / 32.0);
-    const double sync = K > 1 ? 1700.0 + 20.0 * K : 150.0;
-    return (fma > serial ? fma : serial) + shfl + cell + sync + 300.0 + obs;
+    const double chain = bwd ? 5.0 * KPT : 3.0 * KPT * NB;
+    const double cluster = K > 1 ? 500.0 + (bwd ? 0.55 : 0.27) * K * threads : 0.0;   /* bwd: 3 values per peer */
+    return 900.0 + threads + chain + cluster + obs;
   }
+  const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0, cell = bwd ? 120.0 : 220.0;
   const double iters = (double)((int)kd + S - 1) / S;
   const double serial = iters * (6.0 + G * NB);
   const double lds = (double)Hk * kd * (G + NB) / 32.0, fma = G * Hk * kd * NB / 128.0;
@@ -358,7 +357,7 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int th
   if (fma > mv) mv = fma;
   const double red = G * (S / 4.0 + 4.0) * 6.0 + 40.0;
   const double sync = K > 1 ? 1900.0 + 20.0 * K : 300.0;
-  return 1.3 * mv + red + cell + sync + 600.0 + obs;
+  return 1.3 * mv + red + cell + sync + 300.0 + obs;
 }
 
 static const int FWD_KPT[3] = {4, 8, 16}, BWD_KPT[3] = {12, 24, 48};
@@ -410,17 +409,15 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
         const int S = Ss[si], KPT = Kp[si];
         int threads = KPT ? Hk * S : (Hk * S > NB * Hk ? Hk * S : NB * Hk);
         threads = (threads + 31) & ~31;
-        const int64_t bytes = smem_floats(bwd, H, Hk, NB, S, KPT) * (int64_t)sizeof(float);
+        int64_t bytes = smem_floats(bwd, H, Hk, NB, S, KPT) * (int64_t)sizeof(float);
         if (bytes > ctx->smem_optin) continue;
+        /* one block per SM: a block that needs little shared memory asks for more than half of
+         * an SM's, so that two never share an SM (a step waits for the slowest block; the
+         * timings of co-resident blocks were erratic) */
+        if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
         const int groups = (N + NB - 1) / NB;
-        /* blocks resident at once per SM: limited by shared memory, threads, and registers (up to
-         * 128 per thread under the launch bounds) */
-        int per_sm = (int)((228 * 1024) / (bytes + 1024));
-        if (per_sm > 2048 / threads) per_sm = 2048 / threads;
-        if (per_sm > 512 / threads) per_sm = 512 / threads;
-        if (per_sm < 1) per_sm = 1;
-        int slots = (ctx->sm_count * per_sm / K) * K;
-        if (K == 16 && slots > (ctx->sm_count / 18) * 16 * per_sm) slots = (ctx->sm_count / 18) * 16 * per_sm;
+        int slots = (ctx->sm_count / K) * K;
+        if (K == 16 && slots > (ctx->sm_count / 18) * 16) slots = (ctx->sm_count / 18) * 16;
         if (slots < K || nc >= MAXC) continue;
         const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
         cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes, KPT};

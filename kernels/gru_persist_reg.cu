@@ -82,6 +82,11 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_reg_kernel(const F
 #pragma unroll
     for (int i = 0; i < 3 * NB; i++) acc[i] = 0.0f;
     const float *hr = hc + ms * KPT;
+    /* two chains per sum (even and odd groups of four entries), added at the end: shorter
+     * dependent FMA chains, a fixed order */
+    float acc2[3 * NB];
+#pragma unroll
+    for (int i = 0; i < 3 * NB; i++) acc2[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < KPT; i += 4) {
 #pragma unroll
@@ -89,15 +94,18 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_reg_kernel(const F
         const float4 h4 = *reinterpret_cast<const float4 *>(hr + b * Hp + i);
 #pragma unroll
         for (int g = 0; g < 3; g++) {
-          float v = acc[g * NB + b];
+          float v = (i & 4) ? acc2[g * NB + b] : acc[g * NB + b];
           v = fmaf(Rr[g][i], h4.x, v);
           v = fmaf(Rr[g][i + 1], h4.y, v);
           v = fmaf(Rr[g][i + 2], h4.z, v);
           v = fmaf(Rr[g][i + 3], h4.w, v);
-          acc[g * NB + b] = v;
+          if (i & 4) acc2[g * NB + b] = v;
+          else acc[g * NB + b] = v;
         }
       }
     }
+#pragma unroll
+    for (int i = 0; i < 3 * NB; i++) acc[i] += acc2[i];
     group_sum(acc, S);
     if (pact) {
       float rz = acc[0], rr = acc[NB], rg = acc[2 * NB];
@@ -220,23 +228,29 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const B
       }
     }
     cluster_barrier(K);
-    float acc[NB];
+    /* four chains per sum (groups of four entries, round robin), added in a fixed order */
+    float ch[4][NB];
 #pragma unroll
-    for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+    for (int c4 = 0; c4 < 4; c4++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
     const float *qr = qc + ms * KPT;
 #pragma unroll
     for (int i = 0; i < KPT; i += 4) {
 #pragma unroll
       for (int b = 0; b < NB; b++) {
         const float4 q4 = *reinterpret_cast<const float4 *>(qr + b * Jp + i);
-        float v = acc[b];
+        float v = ch[(i / 4) % 4][b];
         v = fmaf(Rr[i], q4.x, v);
         v = fmaf(Rr[i + 1], q4.y, v);
         v = fmaf(Rr[i + 2], q4.z, v);
         v = fmaf(Rr[i + 3], q4.w, v);
-        acc[b] = v;
+        ch[(i / 4) % 4][b] = v;
       }
     }
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = (ch[0][b] + ch[1][b]) + (ch[2][b] + ch[3][b]);
     group_sum(acc, S);
     if (pact) {
       float sum = acc[0];
