@@ -27,6 +27,8 @@
  */
 #include "gru_persist.cuh"
 
+#include <string.h>
+
 /* ---- kernels -------------------------------------------------------------------------------------- */
 
 template <int NB, bool OBS, bool TRAIN>
@@ -304,28 +306,29 @@ static cudaLaunchConfig_t launch_config(qg_ctx *ctx, const PCfg &c, int ndirs, c
   return lc;
 }
 
-/* Whether clusters of this configuration can be resident at all (memoized per kernel, K, size). */
-static int cluster_fits(qg_ctx *ctx, const void *f, const PCfg &c) {
-  static struct { const void *f; int dev, K, smem, threads, fits; } memo[128];
+/* How many clusters of this configuration the device runs at once (cudaOccupancyMaxActiveClusters:
+ * with one block per SM, what the GPCs' sizes allow), memoized per kernel, K, shared memory and
+ * threads; 0 when none fits. */
+static int cluster_slots(qg_ctx *ctx, const void *f, const PCfg &c) {
+  enum { MEMO = 512 };
+  static struct { const void *f; int dev, K, smem, threads, n; } memo[MEMO];
   static int nmemo = 0;
   for (int i = 0; i < nmemo; i++)
     if (memo[i].f == f && memo[i].dev == ctx->device_index && memo[i].K == c.K && memo[i].smem == c.smem &&
         memo[i].threads == c.threads)
-      return memo[i].fits;
-  int fits = 0;
+      return memo[i].n;
+  int n = 0;
   if (prepare_kernel(ctx, "qg_gru", f) == QG_OK) {
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t lc = launch_config(ctx, c, 1, at);
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, f, &lc) == cudaSuccess) fits = n > 0;
-    else (void)cudaGetLastError();
+    if (cudaOccupancyMaxActiveClusters(&n, f, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
   }
-  if (nmemo < 128) {
+  if (nmemo < MEMO) {
     memo[nmemo].f = f; memo[nmemo].dev = ctx->device_index; memo[nmemo].K = c.K; memo[nmemo].smem = c.smem;
-    memo[nmemo].threads = c.threads; memo[nmemo].fits = fits;
+    memo[nmemo].threads = c.threads; memo[nmemo].n = n;
     nmemo++;
   }
-  return fits;
+  return n;
 }
 
 static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT) {
@@ -334,23 +337,25 @@ static int64_t smem_floats(int bwd, int64_t H, int64_t Hk, int64_t NB, int64_t S
              : 3 * Hk * H + 2 * NB * H + S * 3 * NB * Hk + PERSIST_PREFETCH * NB * Hk * 3;
 }
 
-/* Estimated cycles of one step of one block (one block per SM), fitted to H100/H200 timings
- * (bench/gpu.md).
- * Shared-memory variant (about 1900 cycles per step in one block, 3500 in a cluster of 8 or 16):
- * the block's shared-memory or FMA throughput, or one thread's serial share, whichever is larger,
- * plus the partial sums, the cell, the barriers and a fixed cost.
- * Register variant (about 1100 cycles per step in one block of 256 threads): a fixed cost, the
- * threads, the dependent FMA chains, and in a cluster a cost growing with its threads. */
+/* Estimated cycles of one step of one block (one block per SM), fitted to the H200 sweep of the
+ * final kernels (bench/gpu.md, bench/gpu_runs/run4_h200_sweep.log).
+ * Shared memory (about 1750 cycles per step in one block, 3300-3900 in a cluster of 8 or 16): the
+ * block's shared-memory or FMA throughput, or one thread's serial share (a dependent chain of
+ * loads and FMAs), whichever is larger, plus the partial sums, the cell, the barriers, a fixed cost.
+ * Registers (about 1150 cycles per step in one block of 256 threads, 1600-3600 in clusters): a
+ * fixed cost, the threads, the (row, unit) pairs, the backward's longer chains, and in a cluster
+ * its size and the stores into the peers' shared memory (NB Hk K per block, three times that
+ * backward). */
 static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int threads, int K, int observe) {
   const double obs = observe ? 3000.0 : 0.0;
   if (KPT) {
-    const double chain = bwd ? 5.0 * KPT : 3.0 * KPT * NB;
-    const double cluster = K > 1 ? 500.0 + (bwd ? 0.55 : 0.27) * K * threads : 0.0;   /* bwd: 3 values per peer */
-    return 900.0 + threads + chain + cluster + obs;
+    const double pairs = (double)NB * Hk, remote = pairs * K * (bwd ? 3.0 : 1.0);
+    const double cluster = K > 1 ? 600.0 + 40.0 * K + 2.5 * remote : 0.0;
+    return 580.0 + (K > 1 ? 2.0 : 0.94) * threads + 5.0 * pairs + (bwd ? 10.0 * KPT : 0.0) + cluster + obs;
   }
   const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0, cell = bwd ? 120.0 : 220.0;
   const double iters = (double)((int)kd + S - 1) / S;
-  const double serial = iters * (6.0 + G * NB);
+  const double serial = iters * (12.0 + G * NB);
   const double lds = (double)Hk * kd * (G + NB) / 32.0, fma = G * Hk * kd * NB / 128.0;
   double mv = serial;
   if (lds > mv) mv = lds;
@@ -362,7 +367,34 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int th
 
 static const int FWD_KPT[3] = {4, 8, 16}, BWD_KPT[3] = {12, 24, 48};
 
+static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg,
+                                 double *est_us);
+
+/* The choice depends only on the device, the shape and the forced settings: memoized (a call
+ * then costs a lookup, not the search and its occupancy queries). */
 int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg, double *est_us) {
+  enum { MEMO = 64 };
+  static struct { int key[12]; int ok; PCfg cfg; double est; } memo[MEMO];
+  static int nmemo = 0, next = 0;
+  const int key[12] = {ctx->device_index, bwd, T, N, H, ndirs, observe, ctx->persist_cluster, ctx->persist_rows,
+                       ctx->persist_splits, ctx->persist_storage, ctx->smem_optin};
+  for (int i = 0; i < nmemo; i++)
+    if (memcmp(memo[i].key, key, sizeof key) == 0) {
+      *cfg = memo[i].cfg;
+      *est_us = memo[i].est;
+      return memo[i].ok;
+    }
+  const int ok = persist_pick_uncached(ctx, bwd, T, N, H, ndirs, observe, cfg, est_us);
+  const int slot = nmemo < MEMO ? nmemo++ : (next++ % MEMO);
+  memcpy(memo[slot].key, key, sizeof key);
+  memo[slot].ok = ok;
+  memo[slot].cfg = ok ? *cfg : PCfg{};
+  memo[slot].est = ok ? *est_us : 0.0;
+  return ok;
+}
+
+static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg,
+                                 double *est_us) {
   enum { MAXC = 160 };
   PCfg cand[MAXC];
   double est[MAXC];
@@ -416,11 +448,20 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
          * timings of co-resident blocks were erratic) */
         if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
         const int groups = (N + NB - 1) / NB;
-        int slots = (ctx->sm_count / K) * K;
-        if (K == 16 && slots > (ctx->sm_count / 18) * 16) slots = (ctx->sm_count / 18) * 16;
-        if (slots < K || nc >= MAXC) continue;
-        const double waves = (double)(((int64_t)groups * K * ndirs + slots - 1) / slots);
+        if (nc >= MAXC) continue;
         cand[nc] = (PCfg){K, Hk, NB, S, threads, groups, (int)bytes, KPT};
+        /* blocks running at once: one per SM, and for clusters what the device places */
+        int slots = ctx->sm_count;
+        if (K > 1) {
+          const void *f = KPT ? persist_reg_kernel(bwd, NB, KPT) : (bwd ? bwd_kernel(NB) : fwd_kernel(NB, observe, 1));
+          slots = f ? cluster_slots(ctx, f, cand[nc]) * K : 0;
+        }
+        if (slots < K) continue;
+        const int64_t blocks = (int64_t)groups * K * ndirs;
+        double waves = (double)((blocks + slots - 1) / slots);
+        /* a device more than 3/4 full ran about 1.5 times slower per step than a half-full one in
+         * the H200 sweep (bench/gpu.md) */
+        if (blocks * 4 > (int64_t)slots * 3 && blocks <= slots) waves *= 1.5;
         /* cycles at ~1.75 GHz, plus loading R (its share over ~1 TB/s per wave) */
         const double rbytes = 12.0 * (double)H * Hk;
         est[nc] = waves * ((double)T * step_cycles(bwd, H, Hk, NB, S, KPT, threads, K, observe) / 1750.0 +
@@ -437,7 +478,7 @@ int persist_pick(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int obser
     if (bi < 0) break;
     const void *f = cand[bi].KPT ? persist_reg_kernel(bwd, cand[bi].NB, cand[bi].KPT)
                                  : (bwd ? bwd_kernel(cand[bi].NB) : fwd_kernel(cand[bi].NB, observe, 1));
-    if (f && (cand[bi].K == 1 || cluster_fits(ctx, f, cand[bi]))) {
+    if (f && (cand[bi].K == 1 || cluster_slots(ctx, f, cand[bi]) > 0)) {
       *cfg = cand[bi];
       *est_us = est[bi];
       return 1;
