@@ -17,6 +17,8 @@
  * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then,
  *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr from
  *           the threads' sums, as tasks of a fixed split (deterministic for a thread count).
+ * The two-direction entry points (qg_cpu_gru_forward_bidir / backward_bidir, at the end) run the
+ * directions one after the other.
  * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
  * (backward) and zero its y / its gate gradients; the time index of a valid step s is
  * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps

@@ -181,7 +181,9 @@ typedef struct qg_stats qg_stats;
  *           directions, and the reverse direction starts at each row's last valid time index.
  *           Checked on the host (a value outside 1..T is an error naming the row).
  *   reverse 0: process t = 0..L_n-1; 1: t = L_n-1..0
- * Workspace (CPU): about 3*T*N*H + 3*(N + threads)*H + 3*H*(H + C) floats.                      */
+ * Workspace (CPU): about 3*T*N*H + 3*(N + threads)*H + 3*H*(H + C) floats.
+ * Device workspace (CUDA): 3*T*N*H + 3*N*H floats per direction. The recurrence follows the
+ * context's kernel path (qg_ctx_set_kernel_path) and the GEMMs its math mode (qg_ctx_set_math). */
 qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates, const qg_stats *stats,
                          const qg_tensor *x, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
                          const qg_tensor *h0, const qg_tensor *lengths, int reverse);
@@ -195,7 +197,8 @@ qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs,
  *   dhn     [N, H]     gradient of the final state hs[T]; NULL for none
  *   x, W, R, hs, gates, lengths, reverse as given to / produced by the forward (padded steps
  *   pass the state gradient through unchanged).
- * Workspace (CPU): about 7*T*N*H + 3*H*H + 2*N*H + 8*threads*H floats.                         */
+ * Workspace (CPU): about 7*T*N*H + 3*H*H + 2*N*H + 8*threads*H floats.
+ * Device workspace (CUDA): 6*T*N*H + 2*N*H + 768*H floats per direction.                        */
 qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
                           qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_tensor *x,
                           const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
