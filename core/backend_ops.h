@@ -18,6 +18,15 @@ QG_OP(gru_backward, (qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, q
                      const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
                      const qg_tensor *lengths, int reverse),
       (ctx, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, x, W, R, hs, gates, lengths, reverse))
+QG_OP(gru_forward_bidir, (qg_ctx *ctx, qg_tensor *y, qg_tensor *const *hs, qg_tensor *const *gates, const qg_tensor *x,
+                          const qg_tensor *const *W, const qg_tensor *const *R, const qg_tensor *const *bx,
+                          const qg_tensor *const *br, const qg_tensor *const *h0, const qg_tensor *lengths),
+      (ctx, y, hs, gates, x, W, R, bx, br, h0, lengths))
+QG_OP(gru_backward_bidir, (qg_ctx *ctx, qg_tensor *dx, qg_tensor *const *dW, qg_tensor *const *dR, qg_tensor *const *dbx,
+                           qg_tensor *const *dbr, qg_tensor *const *dh0, const qg_tensor *dy, const qg_tensor *const *dhn,
+                           const qg_tensor *x, const qg_tensor *const *W, const qg_tensor *const *R,
+                           const qg_tensor *const *hs, const qg_tensor *const *gates, const qg_tensor *lengths),
+      (ctx, dx, dW, dR, dbx, dbr, dh0, dy, dhn, x, W, R, hs, gates, lengths))
 QG_OP(int_gru_quantize_weights, (qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx,
                                  const qg_tensor *br),
       (ctx, g, W, R, bx, br))

@@ -101,6 +101,23 @@ qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path) {
 
 int qg_ctx_kernel_path(const qg_ctx *ctx) { return ctx ? ctx->kernel_path : QG_PATH_AUTO; }
 
+qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage) {
+  if (!ctx) return QG_ERR_ARG;
+  const int auto_ = cluster == 0 && rows == 0 && splits == 0;
+  const int ok_c = cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8 || cluster == 16;
+  const int ok_r = rows == 1 || rows == 2 || rows == 4 || rows == 8;
+  if (!auto_ && !(ok_c && ok_r && splits >= 0 && splits <= 512))
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "cluster %d, rows %d, splits %d: expected 0, 0, 0 (automatic) or a cluster "
+                   "of 1, 2, 4, 8 or 16 blocks, 1, 2, 4 or 8 rows and 0..512 splits", cluster, rows, splits);
+  if (storage < 0 || storage > 2)
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "storage %d: expected 0 (chosen), 1 (shared memory) or 2 (registers)", storage);
+  ctx->persist_cluster = cluster;
+  ctx->persist_rows = rows;
+  ctx->persist_splits = splits;
+  ctx->persist_storage = storage;
+  return QG_OK;
+}
+
 int64_t qg_ctx_workspace_bytes(const qg_ctx *ctx) {
   return ctx ? ctx->workspace_bytes + ctx->dev_workspace_bytes : 0;
 }

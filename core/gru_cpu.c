@@ -17,6 +17,8 @@
  * Backward: per step and thread one pointwise loop and one GEMM (dh += dq R) on its rows; then,
  *           after a barrier, dx (rows split), dW, dR (output rows split) as GEMMs and dbx, dbr from
  *           the threads' sums, as tasks of a fixed split (deterministic for a thread count).
+ * The two-direction entry points (qg_cpu_gru_forward_bidir / backward_bidir, at the end) run the
+ * directions one after the other.
  * Variable lengths (qgru.h): a row's invalid steps copy its state (forward) or its state gradient
  * (backward) and zero its y / its gate gradients; the time index of a valid step s is
  * reverse ? L - 1 - s : s. The padded time indices t in [L, T) are exactly the invalid steps
@@ -504,5 +506,29 @@ qg_status qg_cpu_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tens
   } else {
     bwd_thread(&a, 0);
   }
+  return QG_OK;
+}
+
+/* ---- both directions: one after the other ------------------------------------------------------ */
+
+qg_status qg_cpu_gru_forward_bidir(qg_ctx *ctx, qg_tensor *y, qg_tensor *const *hs, qg_tensor *const *gates, const qg_tensor *x,
+                                   const qg_tensor *const *W, const qg_tensor *const *R, const qg_tensor *const *bx,
+                                   const qg_tensor *const *br, const qg_tensor *const *h0, const qg_tensor *lengths) {
+  const int H = (int)R[0]->dims[1];
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(qg_cpu_gru_forward(ctx, y, d * H, hs[d], gates ? gates[d] : NULL, NULL, x, W[d], R[d], bx[d], br[d],
+                                h0 ? h0[d] : NULL, lengths, d));
+  return QG_OK;
+}
+
+qg_status qg_cpu_gru_backward_bidir(qg_ctx *ctx, qg_tensor *dx, qg_tensor *const *dW, qg_tensor *const *dR,
+                                    qg_tensor *const *dbx, qg_tensor *const *dbr, qg_tensor *const *dh0, const qg_tensor *dy,
+                                    const qg_tensor *const *dhn, const qg_tensor *x, const qg_tensor *const *W,
+                                    const qg_tensor *const *R, const qg_tensor *const *hs, const qg_tensor *const *gates,
+                                    const qg_tensor *lengths) {
+  const int H = (int)R[0]->dims[1];
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(qg_cpu_gru_backward(ctx, dx, dW[d], dR[d], dbx[d], dbr[d], dh0 ? dh0[d] : NULL, dy, d * H, dhn ? dhn[d] : NULL,
+                                 x, W[d], R[d], hs[d], gates[d], lengths, d));
   return QG_OK;
 }

@@ -22,8 +22,19 @@ struct qg_ctx {
   int64_t workspace_bytes;
   void *dev_workspace;        /* device workspace, grow-only */
   int64_t dev_workspace_bytes;
+  void *aux_stream;           /* CUDA: a second stream and cuBLAS handle, created with the context, on */
+  void *aux_cublas;           /* which a bidirectional layer's second direction runs at the same time */
+  void *ev_fork, *ev_join;    /* events (timing off) that order the aux stream after / before the main one */
+  void *blas_ws[2];           /* the cuBLAS workspaces of the main and aux handles */
+  void *gru_graphs;           /* CUDA: the float GRU's cache of captured fallback loops (kernels/gru.cu) */
+  int sm_count;               /* CUDA: multiprocessors of the device, and the opt-in shared memory per */
+  int smem_optin;             /* block in bytes (read once at context creation) */
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
   int kernel_path;            /* qg_kernel_path: which GPU recurrence the GRUs run */
+  int persist_cluster;        /* forced shape of the persistent GRU kernels (0, 0, 0: chosen per */
+  int persist_rows;           /* call); qg_ctx_set_persist_shape */
+  int persist_splits;
+  int persist_storage;
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };
@@ -83,6 +94,8 @@ qg_status qg_dev_synchronize(qg_ctx *ctx);
 qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
 /* Applies ctx->math to the context's cuBLAS handle (TF32 tensor-op math or strict fp32). */
 qg_status qg_dev_set_math(qg_ctx *ctx);
+/* Releases the float GRU's captured CUDA graphs (kernels/gru.cu; called by qg_dev_ctx_fini). */
+void qg_cuda_gru_release(qg_ctx *ctx);
 
 #define QG_CHECK(expr) do { qg_status s_ = (expr); if (s_ != QG_OK) return s_; } while (0)
 

@@ -95,6 +95,13 @@ qg_status qg_ctx_set_math(qg_ctx *ctx, int math);   /* math: a qg_math value */
 int qg_ctx_math(const qg_ctx *ctx);
 qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path);   /* path: a qg_kernel_path value */
 int qg_ctx_kernel_path(const qg_ctx *ctx);
+/* Tests and tuning: the shape of the persistent GRU kernels, a cluster of `cluster` blocks (1, 2,
+ * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
+ * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call
+ * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
+ * (small H only). A call that cannot run the forced shape takes the fallback recurrence under
+ * QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under QG_PATH_PERSISTENT. */
+qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);
 /* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
 qg_status qg_set_num_threads(qg_ctx *ctx, int n);
 /* Monotonic wall clock in seconds (for progress lines and benchmarks). */
@@ -180,7 +187,9 @@ typedef struct qg_stats qg_stats;
  *           directions, and the reverse direction starts at each row's last valid time index.
  *           Checked on the host (a value outside 1..T is an error naming the row).
  *   reverse 0: process t = 0..L_n-1; 1: t = L_n-1..0
- * Workspace (CPU): about 3*T*N*H + 3*(N + threads)*H + 3*H*(H + C) floats.                      */
+ * Workspace (CPU): about 3*T*N*H + 3*(N + threads)*H + 3*H*(H + C) floats.
+ * Device workspace (CUDA): 3*T*N*H + 3*N*H floats per direction. The recurrence follows the
+ * context's kernel path (qg_ctx_set_kernel_path) and the GEMMs its math mode (qg_ctx_set_math). */
 qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs, qg_tensor *gates, const qg_stats *stats,
                          const qg_tensor *x, const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
                          const qg_tensor *h0, const qg_tensor *lengths, int reverse);
@@ -194,11 +203,34 @@ qg_status qg_gru_forward(qg_ctx *ctx, qg_tensor *y, int y_offset, qg_tensor *hs,
  *   dhn     [N, H]     gradient of the final state hs[T]; NULL for none
  *   x, W, R, hs, gates, lengths, reverse as given to / produced by the forward (padded steps
  *   pass the state gradient through unchanged).
- * Workspace (CPU): about 7*T*N*H + 3*H*H + 2*N*H + 8*threads*H floats.                         */
+ * Workspace (CPU): about 7*T*N*H + 3*H*H + 2*N*H + 8*threads*H floats.
+ * Device workspace (CUDA): 6*T*N*H + 2*N*H + 768*H floats per direction.                        */
 qg_status qg_gru_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx, qg_tensor *dbr,
                           qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_tensor *x,
                           const qg_tensor *W, const qg_tensor *R, const qg_tensor *hs, const qg_tensor *gates,
                           const qg_tensor *lengths, int reverse);
+
+/* Both directions of one bidirectional layer in one call: direction 0 is qg_gru_forward with
+ * reverse = 0 and y_offset = 0, direction 1 the one with reverse = 1 and y_offset = H. The GPU runs
+ * the two directions at the same time (one persistent launch for both, or two streams); the CPU
+ * runs them one after the other. Each array has 2 entries, indexed by direction:
+ *   y       [T, N, Hy] with Hy >= 2H, shared (direction d writes columns [d H, (d + 1) H))
+ *   hs[d], W[d], R[d], bx[d], br[d]  as in qg_gru_forward
+ *   gates   NULL (inference) or an array of 2 gates tensors
+ *   h0      NULL (zeros) or an array of 2 [N, H] tensors
+ *   x, lengths  shared by both directions. No statistics observer (calibration runs the
+ *               directions one by one with qg_gru_forward).                                   */
+qg_status qg_gru_forward_bidir(qg_ctx *ctx, qg_tensor *y, qg_tensor *const *hs, qg_tensor *const *gates, const qg_tensor *x,
+                               const qg_tensor *const *W, const qg_tensor *const *R, const qg_tensor *const *bx,
+                               const qg_tensor *const *br, const qg_tensor *const *h0, const qg_tensor *lengths);
+/* Backward of qg_gru_forward_bidir: both directions' qg_gru_backward in one call (at the same time
+ * on the GPU). dx is ACCUMULATED with direction 0's gradient, then direction 1's (NULL to skip);
+ * dW[d], dR[d], dbx[d], dbr[d] ACCUMULATED; dh0 NULL or an array of 2 (OVERWRITTEN); dy [T, N, Hy]
+ * (Hy >= 2H) or NULL; dhn NULL or an array of 2; hs, gates: arrays of 2 as produced by the forward. */
+qg_status qg_gru_backward_bidir(qg_ctx *ctx, qg_tensor *dx, qg_tensor *const *dW, qg_tensor *const *dR, qg_tensor *const *dbx,
+                                qg_tensor *const *dbr, qg_tensor *const *dh0, const qg_tensor *dy, const qg_tensor *const *dhn,
+                                const qg_tensor *x, const qg_tensor *const *W, const qg_tensor *const *R,
+                                const qg_tensor *const *hs, const qg_tensor *const *gates, const qg_tensor *lengths);
 
 /* ---- Linear: y [N, O] = x [N, I] W^T + b;  W [O, I], b [O] or NULL ------------------------ */
 qg_status qg_linear_forward(qg_ctx *ctx, qg_tensor *y, const qg_tensor *x, const qg_tensor *W, const qg_tensor *b);

@@ -3,12 +3,19 @@
  * context's stream and cuBLAS handle, device memory and copies. The GRU, loss and optimizer
  * kernels arrive in their own files; this one only moves memory and owns handles.
  * The context's stream is a non-blocking stream created once per context; every copy is ordered
- * on it, and device-to-host copies synchronize it so the host sees the data on return.
+ * on it, and device-to-host copies synchronize it so the host sees the data on return. A second
+ * (aux) stream with its own cuBLAS handle and two events, also created once per context, let a
+ * bidirectional GRU layer run its two directions at the same time (kernels/gru.cu): the aux
+ * stream waits for the main one (ev_fork) and the main one for the aux one (ev_join) within one
+ * call, so callers only ever see the main stream.
  */
 #include "../core/internal.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+/* cuBLAS workspace per handle (what cuBLAS itself takes by default on Hopper). */
+#define QG_BLAS_WORKSPACE ((size_t)32 << 20)
 
 static qg_status cuda_fail(qg_ctx *ctx, const char *fn, cudaError_t e) {
   return qg_fail(ctx, e == cudaErrorMemoryAllocation ? QG_ERR_MEMORY : QG_ERR_DEVICE, fn, "CUDA error %s: %s",
@@ -42,15 +49,62 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
   cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
   ctx->stream = stream;
   ctx->cublas = handle;
+  /* Each cuBLAS handle gets its own workspace now, so that no cuBLAS call allocates later (a call
+   * may be captured into a CUDA graph, where allocation is not allowed). */
+  e = cudaMalloc(&ctx->blas_ws[0], QG_BLAS_WORKSPACE);
+  if (e != cudaSuccess || cublasSetWorkspace(handle, ctx->blas_ws[0], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+    qg_dev_ctx_fini(ctx);
+    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+  }
+  /* The aux stream and handle (a bidirectional layer runs its second direction there), created
+   * once with the context so that nothing is created per call. */
+  cudaStream_t aux;
+  e = cudaStreamCreateWithFlags(&aux, cudaStreamNonBlocking);
+  if (e != cudaSuccess) { qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
+  ctx->aux_stream = aux;
+  cublasHandle_t aux_handle;
+  if (cublasCreate(&aux_handle) != CUBLAS_STATUS_SUCCESS) {
+    qg_dev_ctx_fini(ctx);
+    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasCreate failed (aux handle)");
+  }
+  cublasSetStream(aux_handle, aux);
+  cublasSetPointerMode(aux_handle, CUBLAS_POINTER_MODE_HOST);
+  ctx->aux_cublas = aux_handle;
+  e = cudaMalloc(&ctx->blas_ws[1], QG_BLAS_WORKSPACE);
+  if (e != cudaSuccess || cublasSetWorkspace(aux_handle, ctx->blas_ws[1], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+    qg_dev_ctx_fini(ctx);
+    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+  }
+  cudaEvent_t ev[2];
+  for (int i = 0; i < 2; i++) {
+    e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
+    if (e != cudaSuccess) { if (i) cudaEventDestroy(ev[0]); qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
+  }
+  ctx->ev_fork = ev[0];
+  ctx->ev_join = ev[1];
+  int v = 0;
+  e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, ctx->device_index);
+  ctx->sm_count = e == cudaSuccess ? v : 1;
+  e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device_index);
+  ctx->smem_optin = e == cudaSuccess ? v : 48 * 1024;
   return qg_dev_set_math(ctx);
 }
 
 extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
   if (ctx->stream) cudaStreamSynchronize((cudaStream_t)ctx->stream);
+  if (ctx->aux_stream) cudaStreamSynchronize((cudaStream_t)ctx->aux_stream);
+  qg_cuda_gru_release(ctx);
+  for (int i = 0; i < 2; i++)
+    if (ctx->blas_ws[i]) { cudaFree(ctx->blas_ws[i]); ctx->blas_ws[i] = NULL; }
   if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
+  if (ctx->aux_cublas) cublasDestroy((cublasHandle_t)ctx->aux_cublas);
   if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
+  if (ctx->aux_stream) cudaStreamDestroy((cudaStream_t)ctx->aux_stream);
+  if (ctx->ev_fork) cudaEventDestroy((cudaEvent_t)ctx->ev_fork);
+  if (ctx->ev_join) cudaEventDestroy((cudaEvent_t)ctx->ev_join);
   if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
   ctx->cublas = ctx->stream = ctx->dev_workspace = NULL;
+  ctx->aux_cublas = ctx->aux_stream = ctx->ev_fork = ctx->ev_join = NULL;
 }
 
 extern "C" qg_status qg_dev_malloc(qg_ctx *ctx, void **ptr, int64_t nbytes) {
@@ -87,7 +141,8 @@ extern "C" qg_status qg_dev_set_math(qg_ctx *ctx) {
   if (!ctx->cublas) return QG_OK;
   /* Strict: cuBLAS default math, fp32 GEMMs without TF32 (what PyTorch runs with allow_tf32 off). */
   cublasMath_t m = ctx->math == QG_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  if (cublasSetMathMode((cublasHandle_t)ctx->cublas, m) != CUBLAS_STATUS_SUCCESS)
+  if (cublasSetMathMode((cublasHandle_t)ctx->cublas, m) != CUBLAS_STATUS_SUCCESS ||
+      (ctx->aux_cublas && cublasSetMathMode((cublasHandle_t)ctx->aux_cublas, m) != CUBLAS_STATUS_SUCCESS))
     return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_set_math", "cublasSetMathMode failed");
   return QG_OK;
 }

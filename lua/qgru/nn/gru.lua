@@ -11,6 +11,8 @@
 --
 -- Each layer and direction has its own W [3H, in], R [3H, H], bx [3H], br [3H] in gate order
 -- z, r, g (see core/qgru.h for the formulation), named "l<k>.<fwd|bwd>.<W|R|bx|br>".
+-- A float bidirectional layer runs both directions in one call (qg_gru_forward_bidir /
+-- qg_gru_backward_bidir: at the same time on the GPU); the quantized step runs them one by one.
 -- The C backward produces gradInput and the parameter gradients in one pass, so (as torch/rnn's
 -- SeqGRU does) updateGradInput runs it and accGradParameters only runs it when it was not run.
 -- With a quantization state attached (qgru.quant.prepare) and enabled, every layer and direction
@@ -20,7 +22,7 @@ local clib = require("qgru.clib")
 local Module = require("qgru.nn.module")
 local Tensor = require("qgru.tensor")
 
-local lib = clib.lib
+local lib, ffi = clib.lib, clib.ffi
 
 local GRU = class("nn.GRU", Module)
 
@@ -161,6 +163,45 @@ function GRU:_forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
   hn:copy(hs:select(T + 1))
 end
 
+-- Both directions of a float bidirectional layer in one call (the GPU runs them at the same time).
+local out_pair, in_pair = ffi.typeof("qg_tensor*[2]"), ffi.typeof("const qg_tensor*[2]")
+local function pair(a, b) return out_pair(a, b) end     -- outputs (qg_tensor *const *)
+local function cpair(a, b) return in_pair(a, b) end     -- inputs (const qg_tensor *const *)
+
+function GRU:_forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
+  local T, N, H = inp:size(1), inp:size(2), self.hiddenSize
+  local hs, gates, w = {}, {}, {}
+  for d = 0, 1 do
+    local key = l * 2 + d
+    hs[d] = self:buffer("_hs" .. key, { T + 1, N, H }, inp:device())
+    gates[d] = training and self:buffer("_gates" .. key, { T, N, 4 * H }, inp:device()) or nil
+    self._hs[key], self._gates[key] = hs[d], gates[d]
+    w[d] = self.weights[l][d]
+  end
+  -- the views stay referenced (locals) until the call returns: their finalizers free the C structs
+  local h0a, h0b = h0 and h0:select(l * 2 + 1), h0 and h0:select(l * 2 + 2)
+  local h0p = h0 and cpair(h0a.t, h0b.t) or nil
+  self:ccall(ctx, lib.qg_gru_forward_bidir(ctx, y.t, pair(hs[0].t, hs[1].t), training and pair(gates[0].t, gates[1].t) or nil,
+                                           inp.t, cpair(w[0].W.t, w[1].W.t), cpair(w[0].R.t, w[1].R.t),
+                                           cpair(w[0].bx.t, w[1].bx.t), cpair(w[0].br.t, w[1].br.t), h0p,
+                                           lengths and lengths.t or nil))
+  for d = 0, 1 do hn:select(l * 2 + d + 1):copy(hs[d]:select(T + 1)) end
+  return h0a, h0b   -- (keeps the views alive through the call)
+end
+
+function GRU:_backwardBidir(ctx, l, dx, dy, dh0, inp, lengths)
+  local w, g = self.weights[l], self.grads[l]
+  local dh0a, dh0b = dh0 and dh0:select(l * 2 + 1), dh0 and dh0:select(l * 2 + 2)
+  local dh0p = dh0 and pair(dh0a.t, dh0b.t) or nil
+  self:ccall(ctx, lib.qg_gru_backward_bidir(ctx, dx.t, pair(g[0].W.t, g[1].W.t), pair(g[0].R.t, g[1].R.t),
+                                            pair(g[0].bx.t, g[1].bx.t), pair(g[0].br.t, g[1].br.t), dh0p, dy.t, nil, inp.t,
+                                            cpair(w[0].W.t, w[1].W.t), cpair(w[0].R.t, w[1].R.t),
+                                            cpair(self._hs[l * 2].t, self._hs[l * 2 + 1].t),
+                                            cpair(self._gates[l * 2].t, self._gates[l * 2 + 1].t),
+                                            lengths and lengths.t or nil))
+  return dh0a, dh0b   -- (keeps the views alive through the call)
+end
+
 function GRU:_backwardLayer(ctx, l, d, dx, dy, dh0v, inp, lengths)
   local key = l * self.dirs + d
   local w, g = self.weights[l][d], self.grads[l][d]
@@ -195,11 +236,15 @@ function GRU:updateOutput(input)
   for l = 0, L - 1 do
     local y = self:buffer("_y" .. l, { T, N, D * H }, dev)
     self._ys[l] = y
-    for d = 0, D - 1 do
-      local h0v = h0 and h0:select(l * D + d + 1) or nil
-      local hnv = hn:select(l * D + d + 1)
-      if q then q:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training)
-      else self:_forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training) end
+    if D == 2 and not q then
+      self:_forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
+    else
+      for d = 0, D - 1 do
+        local h0v = h0 and h0:select(l * D + d + 1) or nil
+        local hnv = hn:select(l * D + d + 1)
+        if q then q:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training)
+        else self:_forwardLayer(ctx, l, d, y, inp, h0v, lengths, hnv, training) end
+      end
     end
     inp = y
   end
@@ -241,9 +286,13 @@ function GRU:_backward(input, gradOutput, scale)
     dx = l == 0 and self:buffer("_dx_tm", { T, N, self.inputSize }, dev) or self:buffer("_dy" .. (l - 1), { T, N, D * H }, dev)
     dx:zero()
     local dyl = l == L - 1 and dy or self["_dy" .. l]
-    for d = 0, D - 1 do
-      local dh0v = dh0 and dh0:select(l * D + d + 1) or nil
-      if q then q:backwardLayer(ctx, l, d, dx, dyl, dh0v) else self:_backwardLayer(ctx, l, d, dx, dyl, dh0v, inp, lengths) end
+    if D == 2 and not q then
+      self:_backwardBidir(ctx, l, dx, dyl, dh0, inp, lengths)
+    else
+      for d = 0, D - 1 do
+        local dh0v = dh0 and dh0:select(l * D + d + 1) or nil
+        if q then q:backwardLayer(ctx, l, d, dx, dyl, dh0v) else self:_backwardLayer(ctx, l, d, dx, dyl, dh0v, inp, lengths) end
+      end
     end
   end
   if self.batch_first then dx = dx:transpose01(self:buffer("_dx_bf", { N, T, self.inputSize }, dev)) end

@@ -1,0 +1,43 @@
+/*
+ * gru_persist.cuh: device helpers of the persistent recurrent kernels (kernels/gru_persist.cu: R in
+ * shared memory; kernels/gru_persist_reg.cu: R in registers): the cluster barrier, per-thread
+ * asynchronous copies for the prefetch rings, and the fixed-order sum of partial dot products.
+ */
+#ifndef QGRU_GRU_PERSIST_CUH
+#define QGRU_GRU_PERSIST_CUH
+
+#include "gru_common.cuh"
+
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ void cluster_barrier(int K) {
+  if (K > 1) cg::this_cluster().sync();
+  else __syncthreads();
+}
+
+/* Per-thread asynchronous copies (sm_80+): a thread's loads of later steps land in its own slots of
+ * a shared-memory ring; it waits for its own groups only, so no barrier is involved. */
+__device__ __forceinline__ void cp_async4(float *smem, const float *gmem) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the newest PERSIST_PREFETCH - 2 groups of this thread are complete */
+__device__ __forceinline__ void cp_async_wait_step() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PERSIST_PREFETCH - 2) : "memory");
+}
+
+/* sum of n partials p[0], p[stride], ... in four interleaved chains (a fixed order) */
+__device__ __forceinline__ float sum_partials(const float *p, int n, int stride) {
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  int q = 0;
+  for (; q + 4 <= n; q += 4) {
+    a0 += p[q * stride]; a1 += p[(q + 1) * stride]; a2 += p[(q + 2) * stride]; a3 += p[(q + 3) * stride];
+  }
+  for (; q < n; q++) a0 += p[q * stride];
+  return (a0 + a1) + (a2 + a3);
+}
+
+#endif

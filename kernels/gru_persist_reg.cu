@@ -1,0 +1,279 @@
+/*
+ * gru_persist_reg.cu: the persistent recurrent kernels with R held in registers (for small H; the
+ * shared-memory variant of kernels/gru_persist.cu holds larger shares). Same launch layout as that
+ * file (clusters of K blocks, NB batch rows per cluster, block k owns units [k Hk, (k + 1) Hk)),
+ * but each hidden unit's dot product is split over S consecutive lanes of one warp (S a power of two,
+ * at most 32): lane ms of unit mu keeps R's KPT entries of its share in registers, multiplies them
+ * with the state read from shared memory as float4 (lanes of different units read the same words:
+ * broadcast), and the S lanes add their partial sums with a butterfly of shuffles (every lane gets
+ * the same bits). Lane ms = b of the unit then runs row b's cell (NB <= S). So a step needs one
+ * barrier, the one that publishes the new state (forward: h; backward: dq) to the cluster.
+ * The state rows are padded with zeros to S KPT entries (hb [2][NB][S KPT] forward, qb [2][NB][S KPT]
+ * backward, KPT a multiple of 4); the prefetch rings are those of the shared-memory kernels.
+ */
+#include "gru_persist.cuh"
+
+/* the butterfly over the S lanes of a unit's group: afterwards each lane holds the full sum */
+template <int NV>
+__device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
+  for (int o = S >> 1; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+}
+
+template <int NB, int KPT>
+__global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_reg_kernel(const FwdArgs a, const PCfg c) {
+  extern __shared__ __align__(16) float sm[];
+  const FwdDir D = blockIdx.y ? a.d1 : a.d0;
+  const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K;
+  const int Hp = S * KPT;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = K > 1 ? (int)cl.block_rank() : 0;
+  const int group = blockIdx.x / K;
+  const int k0 = rank * Hk;
+  const int hk = min(Hk, H - k0);
+  const int n0 = group * NB;
+  const int rows = min(NB, N - n0);
+  const int NBHk = NB * Hk;
+  float *hb = sm;                     /* [2][NB][Hp] */
+  float *ring = hb + 2 * NB * Hp;     /* [PERSIST_PREFETCH][NB Hk][3] */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[3][KPT];   /* R[g H + k0 + mu][ms KPT + i]; 0 past H and past the block's units */
+#pragma unroll
+  for (int g = 0; g < 3; g++)
+#pragma unroll
+    for (int i = 0; i < KPT; i++) {
+      const int k = ms * KPT + i;
+      Rr[g][i] = (mu < hk && k < H) ? D.R[((int64_t)g * H + k0 + mu) * H + k] : 0.0f;
+    }
+  for (int i = tid; i < 2 * NB * Hp; i += nth) {
+    const int b = (i / Hp) % NB, k = i % Hp;
+    hb[i] = (i < NB * Hp && b < rows && k < H && D.h0) ? D.h0[(int64_t)(n0 + b) * H + k] : 0.0f;
+  }
+
+  /* (row, unit) role: lane ms = pb of unit mu */
+  const int pb = ms;
+  const bool pact = pb < NB && pb < rows && mu < hk;
+  const int pn = n0 + pb, pj = k0 + mu, pi = pb * Hk + mu;
+  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
+  float bxz = 0, bxr = 0, bxg = 0, brz = 0, brr = 0, brg = 0;
+  auto issue = [&](int s) {
+    if (s < L) {
+      const float *w = D.Wx + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * 3 * H + pj;
+      float *d = ring + ((s % PERSIST_PREFETCH) * NBHk + pi) * 3;
+      cp_async4(d, w); cp_async4(d + 1, w + H); cp_async4(d + 2, w + 2 * H);
+    }
+    cp_async_commit();
+  };
+  if (pact) {
+    bxz = D.bx[pj]; bxr = D.bx[H + pj]; bxg = D.bx[2 * H + pj];
+    brz = D.br[pj]; brr = D.br[H + pj]; brg = D.br[2 * H + pj];
+    D.hs[(int64_t)pn * H + pj] = D.h0 ? D.h0[(int64_t)pn * H + pj] : 0.0f;
+    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(q);
+  }
+
+  cluster_barrier(K);
+
+  for (int s = 0; s < T; s++) {
+    const float *hc = hb + (s & 1) * NB * Hp;
+    float acc[3 * NB];
+#pragma unroll
+    for (int i = 0; i < 3 * NB; i++) acc[i] = 0.0f;
+    const float *hr = hc + ms * KPT;
+    /* two chains per sum (even and odd groups of four entries), added at the end: shorter
+     * dependent FMA chains, a fixed order */
+    float acc2[3 * NB];
+#pragma unroll
+    for (int i = 0; i < 3 * NB; i++) acc2[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KPT; i += 4) {
+#pragma unroll
+      for (int b = 0; b < NB; b++) {
+        const float4 h4 = *reinterpret_cast<const float4 *>(hr + b * Hp + i);
+#pragma unroll
+        for (int g = 0; g < 3; g++) {
+          float v = (i & 4) ? acc2[g * NB + b] : acc[g * NB + b];
+          v = fmaf(Rr[g][i], h4.x, v);
+          v = fmaf(Rr[g][i + 1], h4.y, v);
+          v = fmaf(Rr[g][i + 2], h4.z, v);
+          v = fmaf(Rr[g][i + 3], h4.w, v);
+          if (i & 4) acc2[g * NB + b] = v;
+          else acc[g * NB + b] = v;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 3 * NB; i++) acc[i] += acc2[i];
+    group_sum(acc, S);
+    if (pact) {
+      float rz = acc[0], rr = acc[NB], rg = acc[2 * NB];
+#pragma unroll
+      for (int b = 1; b < NB; b++)
+        if (pb == b) { rz = acc[b]; rr = acc[NB + b]; rg = acc[2 * NB + b]; }
+      const float hp = hc[pb * Hp + pj];
+      float h;
+      cp_async_wait_step();
+      if (s < L) {
+        const int t = D.reverse ? L - 1 - s : s;
+        const float *w = ring + ((s % PERSIST_PREFETCH) * NBHk + pi) * 3;
+        float z, r, g, q;
+        h = gru_cell<false>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
+        D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = h;
+        if (D.gates) {
+          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+          gp[0] = z; gp[H] = r; gp[2 * H] = g; gp[3 * H] = q;
+        }
+      } else {   /* padded: the state stays, y at time index s is 0 */
+        h = hp;
+        D.y[((int64_t)s * N + pn) * a.Hy + D.y_offset + pj] = 0.0f;
+        if (D.gates) {
+          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+          gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f;
+        }
+      }
+      issue(s + PERSIST_PREFETCH - 1);
+      D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = h;
+      float *dst = hb + ((s + 1) & 1) * NB * Hp + pb * Hp + pj;
+      if (K == 1) *dst = h;
+      else
+        for (int rk = 0; rk < K; rk++) *cl.map_shared_rank(dst, rk) = h;
+    }
+    cluster_barrier(K);
+  }
+}
+
+template <int NB, int KPT>
+__global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const BwdArgs a, const PCfg c) {
+  extern __shared__ __align__(16) float sm[];
+  const BwdDir D = blockIdx.y ? a.d1 : a.d0;
+  const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K, H3 = 3 * a.H;
+  const int Jp = S * KPT;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = K > 1 ? (int)cl.block_rank() : 0;
+  const int group = blockIdx.x / K;
+  const int k0 = rank * Hk;
+  const int hk = min(Hk, H - k0);
+  const int n0 = group * NB;
+  const int rows = min(NB, N - n0);
+  const int NBHk = NB * Hk;
+  float *qb = sm;                     /* [2][NB][Jp] */
+  float *ring = qb + 2 * NB * Jp;     /* [PERSIST_PREFETCH][NB Hk][6] */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[KPT];   /* R[ms KPT + i][k0 + mu]; 0 past 3H and past the block's units */
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (mu < hk && j < H3) ? D.R[(int64_t)j * H + k0 + mu] : 0.0f;
+  }
+  for (int i = tid; i < 2 * NB * Jp; i += nth) qb[i] = 0.0f;
+
+  const int pb = ms;
+  const bool pact = pb < NB && pb < rows && mu < hk;
+  const int pn = n0 + pb, pj = k0 + mu, pi = pb * Hk + mu;
+  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
+  float dh = 0.0f;
+  auto issue = [&](int s) {
+    if (s >= 0 && s < L) {
+      float *d = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + pi) * 6;
+      const float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+      cp_async4(d, gp); cp_async4(d + 1, gp + H); cp_async4(d + 2, gp + 2 * H); cp_async4(d + 3, gp + 3 * H);
+      cp_async4(d + 4, D.hs + ((int64_t)s * N + pn) * H + pj);
+      if (D.dy) cp_async4(d + 5, D.dy + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * a.Hy + D.y_offset + pj);
+    }
+    cp_async_commit();
+  };
+  if (pact) {
+    if (D.dhn) dh = D.dhn[(int64_t)pn * H + pj];
+    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(T - 1 - q);
+  }
+
+  cluster_barrier(K);
+
+  for (int s = T - 1; s >= 0; s--) {
+    float *qc = qb + (s & 1) * NB * Jp;
+    float keep = 0.0f;
+    if (pact) {
+      float dz = 0.0f, dr = 0.0f, dgr = 0.0f;
+      cp_async_wait_step();
+      if (s < L) {
+        const float *v = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + pi) * 6;
+        const float gz = v[0], gr = v[1], gg = v[2], gq = v[3], hp = v[4];
+        const int t = D.reverse ? L - 1 - s : s;
+        const float dht = D.dy ? dh + v[5] : dh;
+        float dg;
+        gru_cell_backward(gz, gr, gg, gq, hp, dht, dz, dr, dg, keep);
+        dgr = dg * gr;
+        float *dp = D.dp + ((int64_t)t * N + pn) * H3 + pj;
+        dp[0] = dz; dp[H] = dr; dp[2 * H] = dg;
+      } else {   /* padded: the state gradient passes through; no gate gradients */
+        keep = dh;
+        float *dp = D.dp + ((int64_t)s * N + pn) * H3 + pj;
+        dp[0] = 0.0f; dp[H] = 0.0f; dp[2 * H] = 0.0f;
+      }
+      issue(s - (PERSIST_PREFETCH - 1));
+      float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
+      dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
+      float *dst = qc + pb * Jp + pj;
+      if (K == 1) {
+        dst[0] = dz; dst[H] = dr; dst[2 * H] = dgr;
+      } else {
+        for (int rk = 0; rk < K; rk++) {
+          float *p = cl.map_shared_rank(dst, rk);
+          p[0] = dz; p[H] = dr; p[2 * H] = dgr;
+        }
+      }
+    }
+    cluster_barrier(K);
+    /* four chains per sum (groups of four entries, round robin), added in a fixed order */
+    float ch[4][NB];
+#pragma unroll
+    for (int c4 = 0; c4 < 4; c4++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
+    const float *qr = qc + ms * KPT;
+#pragma unroll
+    for (int i = 0; i < KPT; i += 4) {
+#pragma unroll
+      for (int b = 0; b < NB; b++) {
+        const float4 q4 = *reinterpret_cast<const float4 *>(qr + b * Jp + i);
+        float v = ch[(i / 4) % 4][b];
+        v = fmaf(Rr[i], q4.x, v);
+        v = fmaf(Rr[i + 1], q4.y, v);
+        v = fmaf(Rr[i + 2], q4.z, v);
+        v = fmaf(Rr[i + 3], q4.w, v);
+        ch[(i / 4) % 4][b] = v;
+      }
+    }
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = (ch[0][b] + ch[1][b]) + (ch[2][b] + ch[3][b]);
+    group_sum(acc, S);
+    if (pact) {
+      float sum = acc[0];
+#pragma unroll
+      for (int b = 1; b < NB; b++)
+        if (pb == b) sum = acc[b];
+      dh = keep + sum;
+    }
+  }
+  if (pact && D.dh0) D.dh0[(int64_t)pn * H + pj] = dh;
+}
+
+/* The instantiated register shares: forward KPT 4, 8, 16 (3 KPT registers of R per thread),
+ * backward 12, 24, 48 (KPT registers); rows per cluster 1, 2, 4, 8. */
+const void *persist_reg_kernel(int bwd, int NB, int KPT) {
+#define QG_REG_K(nb)                                                                                            \
+  if (NB == nb) {                                                                                               \
+    if (bwd) return KPT == 12 ? (const void *)bwd_reg_kernel<nb, 12> : KPT == 24 ? (const void *)bwd_reg_kernel<nb, 24> \
+                  : KPT == 48 ? (const void *)bwd_reg_kernel<nb, 48> : NULL;                                    \
+    return KPT == 4 ? (const void *)fwd_reg_kernel<nb, 4> : KPT == 8 ? (const void *)fwd_reg_kernel<nb, 8>             \
+         : KPT == 16 ? (const void *)fwd_reg_kernel<nb, 16> : NULL;                                             \
+  }
+  QG_REG_K(1) QG_REG_K(2) QG_REG_K(4) QG_REG_K(8)
+#undef QG_REG_K
+  return NULL;
+}

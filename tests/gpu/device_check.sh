@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# tests/gpu/device_check.sh: one call on the GPU machine for the CUDA float GRU: build, the C
+# driver tests/c/test_cuda_gru.c (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
+# (on the C driver, and memcheck on the specs' #sanitize subset one test per process), the
+# persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), and the cuDNN / PyTorch
+# baseline (bench_cudnn.py), each phase under its own time limit, logs under $OUT. Run from the project root (or a staged copy) after
+# `source .device/device-env.sh`, with QGRU_NO_INSTALL=1 and QGRU_BUILD_DIR set:
+#   bash tests/gpu/device_check.sh [phases] [bench options...]
+# phases: comma-separated, in the order given: build,cgru,specs,memcheck,luamemcheck,racecheck,
+# sweep,bench,cudnn (default: all but luamemcheck and sweep).
+set -uo pipefail
+OUT=${OUT:-/tmp/qgru-out}
+mkdir -p "$OUT"
+B=${QGRU_BUILD_DIR:-$PWD/build}
+phases=${1:-build,cgru,specs,memcheck,racecheck,bench,cudnn}
+shift || true
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+export QGRU_ROOT=$PWD QGRU_LIB=$B/libqgru.so
+BUSTED=/tmp/deps/usr/bin/busted
+[ -f "$BUSTED" ] || BUSTED=$(command -v busted)
+SAN=/usr/local/cuda/bin/compute-sanitizer
+CUDNN=${CUDNN_BENCH:-}
+for c in .device/bench_cudnn.py ../../.device/bench_cudnn.py /work/shared/tools/bench_cudnn.py; do
+  [ -z "$CUDNN" ] && [ -f "$c" ] && CUDNN=$c
+done
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/device.log" 2>&1
+run_phase() {
+  case "$1" in
+  build)
+    if ! ./qgru build > "$OUT/build.log" 2>&1; then
+      cat .cmake-build.log >> "$OUT/build.log" 2>/dev/null
+      tail -40 "$OUT/build.log"; stamp "build failed"; exit 1
+    fi
+    grep -ci warning .cmake-build.log | sed 's/^/build warnings: /' ;;
+  cgru)
+    timeout 60 "$B/test_cuda_gru" > "$OUT/cgru.log" 2>&1
+    echo "cgru rc=$?"; tail -3 "$OUT/cgru.log"; grep FAIL "$OUT/cgru.log" | head ;;
+  specs)
+    timeout 150 luajit "$BUSTED" --run=unit -o plainTerminal -t gpu tests/lua > "$OUT/specs.log" 2>&1
+    echo "specs rc=$?"
+    grep -E "successes|^Failure|^Error" -A4 "$OUT/specs.log" | cut -c1-300 | head -80 ;;
+  memcheck)
+    timeout 120 "$SAN" --tool memcheck --print-limit 20 "$B/test_cuda_gru" > "$OUT/sanitize.log" 2>&1
+    echo "memcheck rc=$?"
+    grep -E "ERROR SUMMARY|failure|FAIL|Invalid" "$OUT/sanitize.log" | head -20 ;;
+  luamemcheck)
+    for f in "forced to 2 blocks x 8" "same run twice"; do
+      timeout 60 "$SAN" --tool memcheck --print-limit 10 luajit "$BUSTED" --run=unit -o TAP -t sanitize --filter="$f" \
+        tests/lua/cuda_gru_spec.lua >> "$OUT/sanitize.log" 2>&1
+      echo "lua memcheck [$f] rc=$?"
+    done
+    grep -E "^ok|^not ok|ERROR SUMMARY|Error:" "$OUT/sanitize.log" | tail -8 ;;
+  racecheck)
+    timeout 120 "$SAN" --tool racecheck --print-limit 20 "$B/test_cuda_gru" quick >> "$OUT/sanitize.log" 2>&1
+    echo "racecheck rc=$?"
+    grep -E "RACECHECK SUMMARY|failure|FAIL" "$OUT/sanitize.log" | tail -4 ;;
+  sweep)
+    timeout 150 ./qgru recipes/bench.lua --name sweep --sweep --repeats 5 --warmup 1 > "$OUT/sweep.log" 2>&1
+    echo "sweep rc=$?"; grep -E "auto fwd|best" "$OUT/sweep.log" | cut -c1-260 ;;
+  bench)
+    timeout 150 ./qgru recipes/bench.lua --name gpu "${BENCH_ARGS[@]}" > "$OUT/bench.log" 2>&1
+    echo "bench rc=$?"
+    grep -A60 "^GPU, one GRU" "$OUT/bench.log" | head -70 ;;
+  cudnn)
+    PYTHONUNBUFFERED=1 timeout 150 python3 "$CUDNN" ${CUDNN_REPS:-20} > "$OUT/cudnn.log" 2>&1
+    echo "cudnn ($CUDNN) rc=$?"
+    grep -A40 "^anchor" "$OUT/cudnn.log" | head -45 ;;
+  *) echo "unknown phase $1" ;;
+  esac
+}
+BENCH_ARGS=("$@")
+IFS=',' read -ra PH <<< "$phases"
+for p in "${PH[@]}"; do
+  stamp "$p"
+  run_phase "$p"
+done
+stamp done
