@@ -101,8 +101,19 @@ local function aimet_doc(model)
                      "quantizer_args", json.object("rounding", "half_to_even", "scale", "power_of_two"))
 end
 
+-- Weight quantizers that track their weights describe the weights of the last forward; an
+-- optimizer step since then has moved the weights. Exports describe the current weights.
+local function refresh_weights(model)
+  for _, g in ipairs(grus_of(model)) do
+    if g.gru.qstate.track_weights then
+      for lq in g.gru.qstate:each() do lq:calibrateWeights() end
+    end
+  end
+end
+
 function M.export(model, path, opts)
   opts = opts or {}
+  refresh_weights(model)
   local fmt = opts.format or "qgru"
   local doc
   if fmt == "qgru" then doc = qgru_doc(model)
@@ -115,6 +126,7 @@ end
 -- Integer weight codes (the smallest integer dtype that holds the grid), one entry per weight:
 -- "<gru>.l0.fwd.W" etc., plus the per-channel exponents and zero points.
 function M.exportWeights(model, path)
+  refresh_weights(model)
   local t, meta = {}, { ["qgru.kind"] = "weight-codes", ["qgru.rounding"] = "half_to_even" }
   for _, g in ipairs(grus_of(model)) do
     for lq in g.gru.qstate:each() do
