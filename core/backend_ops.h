@@ -38,6 +38,9 @@ QG_OP(int_gru_backward, (qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *d
                          const qg_tensor *h0, const qg_tensor *lengths, int reverse),
       (ctx, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths, reverse))
 QG_OP(stats_add, (qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values), (ctx, stats, row, values))
+/* range: host memory, [rows, 2] doubles: min and max of each row of w (f32 [rows, cols]), NaN ignored
+ * (a row of NaNs gives +inf, -inf). The backend copies the result to the host before it returns. */
+QG_OP(channel_minmax, (qg_ctx *ctx, double *range, const qg_tensor *w), (ctx, range, w))
 QG_OP(fake_quant, (qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x, const qg_tensor *exps,
                    const qg_tensor *zps, int bitwidth, int is_unsigned),
       (ctx, fq, codes, mask, x, exps, zps, bitwidth, is_unsigned))

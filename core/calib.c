@@ -226,6 +226,23 @@ qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, 
                    percentile, exp2_inv, zero_point, cost);
 }
 
+qg_status qg_cpu_channel_minmax(qg_ctx *ctx, double *range, const qg_tensor *w) {
+  (void)ctx;
+  const int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1;
+  const float *wp = (const float *)w->data;
+  for (int64_t r = 0; r < rows; r++) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t c = 0; c < cols; c++) {
+      const double v = wp[r * cols + c];
+      if (v < lo) lo = v;   /* NaN compares false both ways */
+      if (v > hi) hi = v;
+    }
+    range[2 * r] = lo;
+    range[2 * r + 1] = hi;
+  }
+  return QG_OK;
+}
+
 qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
                                 int is_symmetric, int is_unsigned, int method, double percentile) {
   if (!ctx) return QG_ERR_ARG;
@@ -235,25 +252,40 @@ qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, co
   int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1, rd[1] = {rows};
   QG_CHECK(qg_check_tensor(ctx, fn, "exps", exps, QG_I32, 1, rd));
   QG_CHECK(qg_check_tensor(ctx, fn, "zps", zps, QG_I32, 1, rd));
-  if (w->device != QG_CPU || exps->device != QG_CPU || zps->device != QG_CPU)
-    return qg_fail(ctx, QG_ERR_DEVICE, fn, "w, exps and zps must be cpu tensors");
+  if (exps->device != QG_CPU || zps->device != QG_CPU)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "exps and zps must be cpu tensors (the host mirrors of the quantizer)");
   if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
-  double *row;
-  QG_CHECK(qg_workspace(ctx, fn, 4 * (int64_t)sizeof(double) + QG_STATS_BINS * (int64_t)sizeof(int64_t), (void **)&row));
-  int64_t *counts = (int64_t *)(row + 4);
-  const float *wp = (const float *)w->data;
   int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
+  double cost;
+  int32_t e, z;
+  if (method == QG_CALIB_MINMAX) {
+    /* Only the range matters: reduce rows on w's device, decide on the host. */
+    double *range;
+    QG_CHECK(qg_workspace(ctx, fn, 2 * rows * (int64_t)sizeof(double), (void **)&range));
+    QG_CHECK(QG_DISPATCH(ctx, w->device, channel_minmax, range, w));
+    for (int64_t r = 0; r < rows; r++) {
+      const double row[4] = {range[2 * r], range[2 * r + 1], 0, 0};
+      QG_CHECK(calibrate(ctx, fn, row, NULL, bitwidth, is_symmetric, is_unsigned, method, percentile, &e, &z, &cost));
+      ep[r] = e; zp[r] = z;
+    }
+    return QG_OK;
+  }
+  const int64_t wbytes = w->device == QG_CPU ? 0 : ((rows * cols * (int64_t)sizeof(float) + 63) & ~(int64_t)63);
+  char *ws;
+  QG_CHECK(qg_workspace(ctx, fn, wbytes + 4 * (int64_t)sizeof(double) + QG_STATS_BINS * (int64_t)sizeof(int64_t), (void **)&ws));
+  const float *wp = (const float *)w->data;
+  if (w->device != QG_CPU) {
+    QG_CHECK(qg_copy_to_host(ctx, ws, w, rows * cols * (int64_t)sizeof(float)));
+    wp = (const float *)ws;
+  }
+  double *row = (double *)(ws + wbytes);
+  int64_t *counts = (int64_t *)(row + 4);
   for (int64_t r = 0; r < rows; r++) {
     range_reset(row);
+    for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);   /* min, max only */
+    range_begin_hist(row);
     memset(counts, 0, QG_STATS_BINS * sizeof(int64_t));
     for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);
-    if (method != QG_CALIB_MINMAX) {
-      range_begin_hist(row);
-      memset(counts, 0, QG_STATS_BINS * sizeof(int64_t));
-      for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);
-    }
-    double cost;
-    int32_t e, z;
     QG_CHECK(calibrate(ctx, fn, row, counts, bitwidth, is_symmetric, is_unsigned, method, percentile, &e, &z, &cost));
     ep[r] = e; zp[r] = z;
   }

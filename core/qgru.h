@@ -468,7 +468,9 @@ qg_status qg_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg_ten
 qg_status qg_calibrate_row(qg_ctx *ctx, int32_t *exp2_inv, int32_t *zero_point, double *cost,
                            const qg_stats *stats, int row, int bitwidth, int is_symmetric, int is_unsigned,
                            int method, double percentile);
-/* Per-channel calibration of weights w [rows, cols] or [rows] from their values: exps, zps i32 [rows]. */
+/* Per-channel calibration of weights w [rows, cols] or [rows] from their values: exps, zps i32 [rows]
+ * on the host. w may live on either device: on a GPU the minmax method reduces each row there and
+ * brings back two numbers per row; the other methods copy w to the host. */
 qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
                                 int is_symmetric, int is_unsigned, int method, double percentile);
 

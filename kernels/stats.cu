@@ -41,3 +41,44 @@ extern "C" qg_status qg_cuda_stats_add(qg_ctx *ctx, const qg_stats *stats, int r
     stats_add_kernel<double><<<blocks, threads, 0, qg_cuda_stream(ctx)>>>(range, counts, (const double *)values->data, n);
   return qg_cuda_launched(ctx, "qg_stats_add");
 }
+
+/* One block per row of w [rows, cols]: min and max of the row (NaN ignored), exact in any order. */
+__global__ void channel_minmax_kernel(double *range, const float *w, int64_t rows, int64_t cols) {
+  const int64_t r = blockIdx.x;
+  if (r >= rows) return;
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const double v = (double)w[r * cols + c];
+    if (v < mn) mn = v;
+    if (v > mx) mx = v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
+    mn = a < mn ? a : mn;
+    mx = b > mx ? b : mx;
+  }
+  __shared__ double smn[32], smx[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) { smn[warp] = mn; smx[warp] = mx; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) {
+      mn = smn[i] < mn ? smn[i] : mn;
+      mx = smx[i] > mx ? smx[i] : mx;
+    }
+    range[2 * r] = mn;
+    range[2 * r + 1] = mx;
+  }
+}
+
+extern "C" qg_status qg_cuda_channel_minmax(qg_ctx *ctx, double *range, const qg_tensor *w) {
+  const char *fn = "qg_calibrate_channels";
+  const int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1;
+  if (rows == 0) return QG_OK;
+  void *dev;
+  QG_CHECK(qg_dev_workspace(ctx, fn, 2 * rows * (int64_t)sizeof(double), &dev));
+  const int threads = cols >= 256 ? 256 : (cols > 32 ? (int)((cols + 31) / 32 * 32) : 32);
+  channel_minmax_kernel<<<(unsigned)rows, threads, 0, qg_cuda_stream(ctx)>>>((double *)dev, (const float *)w->data, rows, cols);
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+  return qg_dev_memcpy(ctx, range, dev, 2 * rows * (int64_t)sizeof(double), 1);
+}

@@ -100,12 +100,11 @@ end
 -- channel, with the weight method) and pushed to the C layer, which quantizes the weights
 -- itself in every forward.
 function LayerQuant:calibrateWeights(method, percentile)
-  local ctx = clib.context("cpu")
   local wts = self.gru.weights[self.l][self.d]
   for i, q in ipairs(self.w) do
     if q:calibratable() and (self.gru.qstate.track_weights or not q.calibrated) then
       local w = wts[WEIGHT_FIELD[i]]
-      if w:device() ~= "cpu" then w = w:to("cpu") end
+      local ctx = clib.context(w:device())   -- on a GPU the rows are reduced there (minmax)
       self.gru:ccall(ctx, lib.qg_calibrate_channels(ctx, q.exps.t, q.zps.t, w.t, q.bitwidth, q.is_symmetric and 1 or 0,
                                                    q.is_unsigned and 1 or 0, METHODS[method or q.method or "minmax"],
                                                    percentile or 99.99))
