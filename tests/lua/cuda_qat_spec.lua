@@ -39,7 +39,8 @@ local function build(dev)
   model:to(dev)
   qgru.seed(12)
   local calib = {}
-  for i = 1, 2 do calib[i] = qgru.zeros({ T, N, C }, "f32", "cpu"):uniform(-1, 1):to(dev) end
+  -- host inputs for a model on either device (quant.calibrate moves each batch)
+  for i = 1, 2 do calib[i] = qgru.zeros({ T, N, C }, "f32", "cpu"):uniform(-1, 1) end
   quant.calibrate(model, calib, { method = "histogram", passes = 2 })
   return model
 end

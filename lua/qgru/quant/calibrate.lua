@@ -72,7 +72,13 @@ function M.run(model, list, data, opts)
   end
   local needs_hist = method ~= "minmax"
   local total, done = passes * (needs_hist and 2 or 1) * #inputs, 0
+  -- calibration inputs may come from the host (a Dataset's batches): each moves to the model's
+  -- device through one staging buffer
+  local device, staging = model:device(), {}
   local function forward(x)
+    if getmetatable(x) == Tensor and x:device() ~= device then
+      x = require("qgru.train").toDevice(staging, "x", x, device)
+    end
     model:forward(x)
     done = done + 1
     if opts.progress then opts.progress(done, total) end
