@@ -509,8 +509,27 @@ end
 
 -- ---- result files ----------------------------------------------------------------------------
 
-local function pct(v) return v and string.format("%.2f", 100 * v) or "" end
-local function pct4(v) return v and string.format("%.4f", 100 * v) or "" end
+-- Decimals through integers (half away from zero): the 2-decimal values of the markdown are
+-- exactly the 4-decimal values of the CSV rounded again, with no binary rounding artefacts.
+local function q4(x)
+  local q = math.floor(math.abs(x) * 1e4 + 0.5)
+  return x < 0 and -q or q
+end
+local function d4(x)
+  if x == nil then return "" end
+  local q = q4(x)
+  local a = math.abs(q)
+  return string.format("%s%d.%04d", q < 0 and "-" or "", math.floor(a / 1e4), a % 1e4)
+end
+local function d2(x)
+  if x == nil then return "" end
+  local q = q4(x)
+  local a = math.floor((math.abs(q) + 50) / 100)
+  return string.format("%s%d.%02d", (q < 0 and a > 0) and "-" or "", math.floor(a / 100), a % 100)
+end
+sweep.decimals4, sweep.decimals2 = d4, d2
+local function pct(v) return v and d2(100 * v) or "" end
+local function pct4(v) return v and d4(100 * v) or "" end
 
 local function by_kind(records)
   local out = { float = nil, list = {} }
@@ -545,8 +564,8 @@ local function grid_results(dir, o, plan, records, files)
   if float then csv[#csv + 1] = string.format("float,,,%s,,,", pct4(float)) end
   for _, r in ipairs(k.list) do
     csv[#csv + 1] = string.format("%s,%d,%d,%s,%s,%s,%s", r.key, r.weight_bits, r.act_bits, pct4(r.ptq_acc), pct4(r.qat_acc),
-      float and string.format("%.4f", 100 * (float - r.ptq_acc)) or "",
-      (float and r.qat_acc) and string.format("%.4f", 100 * (float - r.qat_acc)) or "")
+      float and d4(100 * (float - r.ptq_acc)) or "",
+      (float and r.qat_acc) and d4(100 * (float - r.qat_acc)) or "")
   end
   write_text(dir .. "/results.csv", table.concat(csv, "\n") .. "\n")
   -- markdown
@@ -619,7 +638,7 @@ local function sensitivity_results(dir, o, plan, records, files)
   csv[#csv + 1] = string.format(",base,,,,%d,%s,0.0000", base.bits, pct4(base.acc))
   for i, u in ipairs(units) do
     local r = u.rec
-    csv[#csv + 1] = string.format("%d,%s,%d,%s,%s,%d,%s,%.4f", i, r.unit, r.layer, r.direction, r.op, r.bits, pct4(r.acc), u.drop)
+    csv[#csv + 1] = string.format("%d,%s,%d,%s,%s,%d,%s,%s", i, r.unit, r.layer, r.direction, r.op, r.bits, pct4(r.acc), d4(u.drop))
   end
   write_text(dir .. "/results.csv", table.concat(csv, "\n") .. "\n")
   local md = { "# Sensitivity: one operator (per layer and direction) lowered at a time", "",
@@ -628,7 +647,7 @@ local function sensitivity_results(dir, o, plan, records, files)
                  pct(float), base.bits, pct(base.acc), o.low),
                "", "| rank | operator | bits | test accuracy (%) | drop (points) |", "|---|---|---|---|---|" }
   for i, u in ipairs(units) do
-    md[#md + 1] = string.format("| %d | %s | %d | %s | %.2f |", i, u.rec.unit, u.rec.bits, pct(u.rec.acc), u.drop)
+    md[#md + 1] = string.format("| %d | %s | %d | %s | %s |", i, u.rec.unit, u.rec.bits, pct(u.rec.acc), d2(u.drop))
   end
   write_text(dir .. "/results.md", table.concat(md, "\n") .. "\n")
   local labels, values = {}, {}
@@ -667,13 +686,13 @@ local function mixed_results(dir, o, plan, records, files)
   local fw, fa = sweep.averageBits(s.bits, counts)
   local csv = { "step,op,from,to,acc,drop,accepted,weight_bits_avg,act_bits_avg" }
   for _, p in ipairs(s.path) do
-    csv[#csv + 1] = string.format("%d,%s,%d,%d,%s,%.4f,%s,%.4f,%.4f", p.step, p.op, p.from, p.to, pct4(p.acc), p.drop, tostring(p.accepted),
-      p.weight_bits, p.act_bits)
+    csv[#csv + 1] = string.format("%d,%s,%d,%d,%s,%s,%s,%s,%s", p.step, p.op, p.from, p.to, pct4(p.acc), d4(p.drop), tostring(p.accepted),
+      d4(p.weight_bits), d4(p.act_bits))
   end
   write_text(dir .. "/results.csv", table.concat(csv, "\n") .. "\n")
   local int8 = 8
-  local desc = string.format("mixed precision from recipes/sweep.lua --mode mixed: test accuracy %s%% (float %s%%, tolerance %g points); weights %.2f bits on average (by parameter count), activations %.2f bits on average",
-    pct(s.acc), pct(float), o.tolerance, fw, fa)
+  local desc = string.format("mixed precision from recipes/sweep.lua --mode mixed: test accuracy %s%% (float %s%%, tolerance %g points); weights %s bits on average (by parameter count), activations %s bits on average",
+    pct(s.acc), pct(float), o.tolerance, d2(fw), d2(fa))
   local doc = sweep.configDoc(s.bits, desc)
   write_text(dir .. "/mixed_config.json", json.encode(doc, { pretty = true }) .. "\n")
   files[#files + 1] = "mixed_config.json"
@@ -682,11 +701,12 @@ local function mixed_results(dir, o, plan, records, files)
                string.format("Float: %s. Start: every operator at %d bits, %s. Tolerance: %g points below float. Ladders: weights %s, activations %s.",
                  pct(float), o.start, pct(s.base_acc), o.tolerance, o.w_ladder, o.a_ladder) }
   if not s.base_ok then
-    md[#md + 1] = string.format("The start config is already %.2f points below float: nothing was lowered.", 100 * (float - s.base_acc))
+    md[#md + 1] = string.format("The start config is already %s points below float: nothing was lowered.", d2(100 * (float - s.base_acc)))
   end
   md[#md + 1] = ""
-  md[#md + 1] = string.format("**Result** (`mixed_config.json`): test accuracy %s (%+.2f points vs float); weights and biases %.2f bits on average by parameter count (%.1f%% fewer than int8), activations %.2f bits on average (max %d).",
-    pct(s.acc), 100 * (s.acc - float), fw, 100 * (1 - fw / int8), fa, (function()
+  local diff = 100 * (s.acc - float)
+  md[#md + 1] = string.format("**Result** (`mixed_config.json`): test accuracy %s (%s%s points vs float); weights and biases %s bits on average by parameter count (%.1f%% fewer than int8), activations %s bits on average (max %d).",
+    pct(s.acc), diff >= 0 and "+" or "", d2(diff), d2(fw), 100 * (1 - fw / int8), d2(fa), (function()
       local m = 0
       for _, op in ipairs(config.OPS) do if not config.isWeight(op) then m = math.max(m, s.bits[op]) end end
       return m
@@ -700,15 +720,15 @@ local function mixed_results(dir, o, plan, records, files)
   md[#md + 1] = ""
   md[#md + 1] = "| order | operator | test accuracy (%) | drop (points) |"
   md[#md + 1] = "|---|---|---|---|"
-  for i, r in ipairs(s.ranking) do md[#md + 1] = string.format("| %d | %s | %s | %.2f |", i, r.op, pct(r.acc), r.drop) end
+  for i, r in ipairs(s.ranking) do md[#md + 1] = string.format("| %d | %s | %s | %s |", i, r.op, pct(r.acc), d2(r.drop)) end
   md[#md + 1] = ""
   md[#md + 1] = "Path (each step lowers one operator by one ladder step; kept while within tolerance):"
   md[#md + 1] = ""
   md[#md + 1] = "| step | operator | bits | test accuracy (%) | below float (points) | kept | avg weight bits | avg activation bits |"
   md[#md + 1] = "|---|---|---|---|---|---|---|---|"
   for _, p in ipairs(s.path) do
-    md[#md + 1] = string.format("| %d | %s | %d -> %d | %s | %.2f | %s | %.2f | %.2f |", p.step, p.op, p.from, p.to, pct(p.acc), p.drop,
-      p.accepted and "yes" or "no", p.weight_bits, p.act_bits)
+    md[#md + 1] = string.format("| %d | %s | %d -> %d | %s | %s | %s | %s | %s |", p.step, p.op, p.from, p.to, pct(p.acc), d2(p.drop),
+      p.accepted and "yes" or "no", d2(p.weight_bits), d2(p.act_bits))
   end
   write_text(dir .. "/results.md", table.concat(md, "\n") .. "\n")
   local kept, rejected = { { 0, 100 * s.base_acc } }, {}
