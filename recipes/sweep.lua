@@ -65,14 +65,14 @@ local spec = {
   seed = { 1, "seed (QAT data order)" },
   shard = { "", "run shard i of n (i/n, 1 <= i <= n): points i, i+n, ..." },
   resume = { false, "continue the run: skip finished points" },
-  overwrite = { false, "start the run again, replacing its results" },
+  force = { false, "start the run again: an existing run folder is moved aside to <folder>.old-N (--merge: replaces the merged results)" },
   plan = { false, "print the run folder and the number of points, then exit" },
   threads = { 0, "BLAS threads (0 = OpenBLAS default)", { int = true, min = 0 } },
   device = { "auto", "auto (cuda when it runs the quantized GRU, else cpu) | cpu | cuda", { choices = { "auto", "cpu", "cuda" } } },
   data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
 }
 local TITLE = "recipes/sweep.lua: bitwidth grid, sensitivity and mixed-precision sweeps\n" ..
-              "  merge shards: recipes/sweep.lua --merge runs/<name> (or --merge DIR DIR ...) [--name OUT] [--overwrite]"
+              "  merge shards: recipes/sweep.lua --merge runs/<name> (or --merge DIR DIR ...) [--name OUT] [--force]"
 
 -- The network stored in a weights file: GRU(C -> H, L layers, 1 or 2 directions), last step,
 -- Linear(dirs * H -> K), as zoo.fmnistGRU and recipes/train_float.lua build it.
@@ -114,7 +114,7 @@ end
 local arch, run_dir, shard_i, shard_n
 local opt = cli.main(args, spec, TITLE, function(o)
   if o.name == "" then o.name = "sweep_" .. o.mode end
-  if o.resume and o.overwrite then error("qgru: --resume and --overwrite exclude each other", 0) end
+  if o.resume and o.force then error("qgru: --resume and --force exclude each other", 0) end
   if merge_dirs then
     if #merge_dirs == 0 then error("qgru: --merge needs one or more run folders", 0) end
     return
@@ -140,7 +140,7 @@ end)
 
 -- ---- --merge: shards -> one set of result files ------------------------------------------------
 if merge_dirs then
-  local dirs = sweep.expandMergeDirs(merge_dirs)
+  local dirs = cli.guard(sweep.expandMergeDirs, merge_dirs)
   local o, plan, records = cli.guard(sweep.merge, dirs)
   local name = opt.name
   local given = false
@@ -148,8 +148,8 @@ if merge_dirs then
   if not given then name = o.name end
   local dir = sweep.runDir(name)
   cli.guard(function()
-    if not opt.overwrite and sweep.exists(dir .. "/results.md") then
-      error("qgru: " .. dir .. " already holds results: --overwrite replaces them", 0)
+    if not opt.force and sweep.exists(dir .. "/results.md") then
+      error("qgru: " .. dir .. " already holds results: --force replaces them", 0)
     end
     if sweep.exists(dir .. "/points.jsonl") then
       error("qgru: " .. dir .. " holds an unsharded run: merge into another folder (--name)", 0)
@@ -192,6 +192,7 @@ local _, logf = zoo.run(run_dir:sub(#"runs/" + 1), opt.resume)
 local log = logf
 log("qgru " .. qgru.VERSION .. "  recipes/sweep.lua\n" .. cli.describe(opt))
 if store.dropped then log("resume: dropped an incomplete last line of points.jsonl") end
+if store.moved_aside then log("--force: the previous run was moved to " .. store.moved_aside) end
 if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
 
 -- The device: cuda where the quantized GRU runs there, else the CPU.

@@ -27,7 +27,7 @@ sweep.isWeight = config.isWeight
 
 -- Options that do not change any result: they may differ between a run and its resume, and
 -- between the shards of one sweep.
-sweep.FREE_OPTIONS = { name = true, shard = true, resume = true, overwrite = true, threads = true, device = true,
+sweep.FREE_OPTIONS = { name = true, shard = true, resume = true, force = true, threads = true, device = true,
                        data_dir = true, merge = true, plan = true }
 
 local FILES = { "results.jsonl", "results.csv", "results.md", "accuracy_vs_bits.svg", "sensitivity.svg", "mixed_path.svg",
@@ -256,27 +256,46 @@ end
 
 -- Checks, before anything is written, that dir may take a run with these options:
 -- a new or empty folder; with resume, a folder of the same sweep (result options equal); with
--- overwrite, any folder (its result files are replaced). Raises "qgru: ..." otherwise.
+-- force, any folder (an existing run is moved aside). Raises "qgru: ..." otherwise.
 function sweep.checkRunDir(dir, opt)
+  if opt.force then return end
   local has_points = sweep.exists(dir .. "/points.jsonl")
   local has_opts = sweep.exists(dir .. "/options.json")
-  if opt.overwrite then return end
   if not has_points and not has_opts then
     if sweep.exists(dir .. "/results.md") then
-      fail("%s already holds results: use --overwrite to replace them, or another --name", dir)
+      fail("%s already holds results: --force moves them aside, or choose another --name", dir)
     end
     return
   end
   if not opt.resume then
-    fail("%s already holds a sweep: --resume continues it, --overwrite starts it again, or choose another --name", dir)
+    fail("%s already holds a sweep: --resume continues it, --force starts it again (the old run is moved aside), or choose another --name", dir)
   end
   if has_opts then
     local saved = read_json_plain(dir .. "/options.json")
     local d = options_diff(saved, opt)
     if #d > 0 then
-      fail("cannot resume %s with other options (%s); use the same options, --overwrite, or another --name", dir, table.concat(d, "; "))
+      fail("cannot resume %s with other options (%s); use the same options, --force, or another --name", dir, table.concat(d, "; "))
     end
   end
+end
+
+-- Moves an existing run folder aside to <dir>.old-<k> (the first free k); returns the new path
+-- or nil when there was nothing to move.
+function sweep.moveAside(dir)
+  local used = false
+  for _, f in ipairs({ "options.json", "points.jsonl", "results.md", "log.txt", "plan.json" }) do
+    if sweep.exists(dir .. "/" .. f) then used = true end
+  end
+  if not used then return nil end
+  for k = 1, 100000 do
+    local dst = string.format("%s.old-%d", dir, k)
+    if not sweep.exists(dst) and not sweep.exists(dst .. "/options.json") and not sweep.exists(dst .. "/log.txt") then
+      local ok, err = os.rename(dir, dst)
+      if not ok then fail("cannot move %s aside to %s: %s", dir, dst, tostring(err)) end
+      return dst
+    end
+  end
+  fail("cannot move %s aside: no free name", dir)
 end
 
 -- Store of a run folder: creates it, writes options.json and plan.json, loads the finished
@@ -286,13 +305,10 @@ Store.__index = Store
 
 function sweep.openRun(dir, opt, plan)
   sweep.checkRunDir(dir, opt)
+  local moved = opt.force and sweep.moveAside(dir) or nil
   serialize.mkdir(dir)
-  if opt.overwrite then
-    os.remove(dir .. "/points.jsonl")
-    for _, f in ipairs(FILES) do os.remove(dir .. "/" .. f) end
-  end
-  local self = setmetatable({ dir = dir, done = {}, records = {}, resumed = 0 }, Store)
-  if opt.resume and not opt.overwrite then
+  local self = setmetatable({ dir = dir, done = {}, records = {}, resumed = 0, moved_aside = moved }, Store)
+  if opt.resume and not opt.force then
     local recs, dropped = sweep.readRecords(dir .. "/points.jsonl")
     if recs then
       for _, r in ipairs(recs) do
@@ -442,9 +458,15 @@ function sweep.expandMergeDirs(dirs)
     d = d:gsub("/+$", "")
     local found
     if not sweep.exists(d .. "/options.json") then
+      local ns = {}
       for n = 2, 4096 do
-        if sweep.exists(string.format("%s/shard-1-of-%d/options.json", d, n)) then found = n; break end
+        if sweep.exists(string.format("%s/shard-1-of-%d/options.json", d, n)) then ns[#ns + 1] = n end
       end
+      if #ns > 1 then
+        fail("--merge: %s holds shards of runs split %s ways: name the shard folders (e.g. %s/shard-*-of-%d)", d,
+          table.concat(ns, ", ", 1, #ns - 1) .. " and " .. ns[#ns], d, ns[#ns])
+      end
+      found = ns[1]
     end
     if found then
       for i = 1, found do out[#out + 1] = string.format("%s/shard-%d-of-%d", d, i, found) end

@@ -94,7 +94,7 @@ describe("recipes/sweep.lua", function()
     -- merging again does not overwrite without being asked
     out, rc = run(dir, "--merge runs/g3")
     assert.are.equal(2, rc, out)
-    assert.is_truthy(out:find("already holds results: --overwrite replaces them", 1, true), out)
+    assert.is_truthy(out:find("already holds results: --force replaces them", 1, true), out)
     -- a finished run is not overwritten; --resume runs nothing
     out, rc = run(dir, grid .. " --name g1")
     assert.are.equal(2, rc, out)

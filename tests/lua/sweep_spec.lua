@@ -19,7 +19,7 @@ local function exists(path) local f = io.open(path, "rb"); if f then f:close() e
 -- Options of a stub grid sweep (the result-defining ones the writers read).
 local function grid_opts(extra)
   local o = { mode = "grid", w_bits = "2,4,8", a_bits = "4,8", qat = 0, lr = 2e-4, method = "histogram", weight_method = "minmax",
-              passes = 2, calib_batches = 8, calib_batch_size = 256, name = "g", shard = "", resume = false, overwrite = false }
+              passes = 2, calib_batches = 8, calib_batch_size = 256, name = "g", shard = "", resume = false, force = false }
   for k, v in pairs(extra or {}) do o[k] = v end
   return o
 end
@@ -132,10 +132,12 @@ describe("sweep run folders", function()
     run_sweep(dir, grid_opts({ resume = true }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
     assert.are.equal(0, calls)
     assert.are.equal(read(full .. "/points.jsonl"), read(dir .. "/points.jsonl"))
-    -- overwrite starts again
+    -- force starts again, the old run moved aside
     calls = 0
-    run_sweep(dir, grid_opts({ overwrite = true }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
+    local st2 = run_sweep(dir, grid_opts({ force = true }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
     assert.are.equal(#pts, calls)
+    assert.are.equal(dir .. ".old-1", st2.moved_aside)
+    assert.are.equal(read(full .. "/points.jsonl"), read(dir .. ".old-1/points.jsonl"))
   end)
 
   it("merged shards write the same result files as an unsharded run; incomplete or mixed shards are refused", function()
