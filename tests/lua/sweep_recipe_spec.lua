@@ -116,6 +116,13 @@ describe("recipes/sweep.lua", function()
     out, rc = run(dir, grid .. " --name g1 --resume --passes 2 --data_dir /no/such/data")
     assert.are.equal(2, rc, out)
     assert.is_truthy(out:find("cannot resume runs/g1 with other options (passes: 1 vs 2)", 1, true), out)
+    -- --force starts again and keeps the old run, moved aside
+    out, rc = run(dir, grid .. " --name g1 --force")
+    assert.are.equal(0, rc, out)
+    assert.is_truthy(out:find("--force: the previous run was moved to runs/g1.old-1", 1, true), out)
+    assert.is_truthy(out:find("5 points; 5 to run, 0 finished before", 1, true), out)
+    assert.are.equal(before, U.read_bytes(dir .. "/runs/g1.old-1/results.md"))
+    assert.are.equal(before, U.read_bytes(g1 .. "/results.md"))
   end)
 
   it("sensitivity: one point per operator of the GRU, ranked", function()
