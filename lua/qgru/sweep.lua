@@ -30,10 +30,6 @@ sweep.isWeight = config.isWeight
 sweep.FREE_OPTIONS = { name = true, shard = true, resume = true, force = true, threads = true, device = true,
                        data_dir = true, merge = true, plan = true }
 
-local FILES = { "results.jsonl", "results.csv", "results.md", "accuracy_vs_bits.svg", "sensitivity.svg", "mixed_path.svg",
-                "mixed_config.json" }
-sweep.RESULT_FILES = FILES
-
 local function fail(fmt, ...) error("qgru: " .. string.format(fmt, ...), 0) end
 
 local function copy(t)
@@ -138,16 +134,6 @@ function sweep.signature(bits)
   return table.concat(s, "-")
 end
 
-function sweep.fromSignature(sig)
-  local bits, i = {}, 0
-  for v in sig:gmatch("[^-]+") do
-    i = i + 1
-    bits[config.OPS[i]] = tonumber(v)
-  end
-  if i ~= #config.OPS then fail("sweep: bad config signature '%s'", sig) end
-  return bits
-end
-
 -- Average bits of a config: weights weighted by their parameter counts (counts[op], summed over
 -- layers and directions), activations as the plain mean over the activation operators.
 function sweep.averageBits(bits, counts)
@@ -226,13 +212,6 @@ function sweep.runDir(name, i, n)
   local dir = "runs/" .. name
   if n and n > 1 then dir = string.format("%s/shard-%d-of-%d", dir, i, n) end
   return dir
-end
-
--- The result-defining options (without the free ones), as a plain table.
-function sweep.resultOptions(opt)
-  local out = {}
-  for k, v in pairs(opt) do if not sweep.FREE_OPTIONS[k] then out[k] = v end end
-  return out
 end
 
 local function options_diff(a, b)
