@@ -104,16 +104,18 @@ function plot.lines(o)
     out[#out + 1] = string.format('<text x="%s" y="%s" text-anchor="end">%s</text>', num(f.x0 - 6), num(py(y) + 4), esc(tick_label(y, ystep)))
     y = y + ystep
   end
-  local xt = o.xticks
-  if not xt then
+  local xt, xlabels = o.xticks, {}
+  if xt then
+    for i, x in ipairs(xt) do xlabels[i] = tostring(x) end
+  else
     xt = {}
     local xstep = nice_step(xlo, xhi, 8)
     local x = math.ceil(xlo / xstep) * xstep
-    while x <= xhi + 1e-9 do xt[#xt + 1] = x; x = x + xstep end
+    while x <= xhi + 1e-9 do xt[#xt + 1] = x; xlabels[#xt] = tick_label(x, xstep); x = x + xstep end
   end
-  for _, x in ipairs(xt) do
+  for i, x in ipairs(xt) do
     out[#out + 1] = string.format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#444444"/>', num(px(x)), num(f.y0 + f.h), num(px(x)), num(f.y0 + f.h + 5))
-    out[#out + 1] = string.format('<text x="%s" y="%s" text-anchor="middle">%s</text>', num(px(x)), num(f.y0 + f.h + 18), esc(tostring(x)))
+    out[#out + 1] = string.format('<text x="%s" y="%s" text-anchor="middle">%s</text>', num(px(x)), num(f.y0 + f.h + 18), esc(xlabels[i]))
   end
   out[#out + 1] = string.format('<text x="%s" y="%s" text-anchor="middle">%s</text>', num(f.x0 + f.w / 2), num(f.H - 14), esc(o.xlabel or ""))
   out[#out + 1] = string.format('<text x="16" y="%s" text-anchor="middle" transform="rotate(-90 16 %s)">%s</text>', num(f.y0 + f.h / 2), num(f.y0 + f.h / 2), esc(o.ylabel or ""))

@@ -354,6 +354,7 @@ describe("SVG plots", function()
     assert.are.equal("svg", root, counts)
     assert.are.equal(npoints or 0, S.count(svg, 'class="point"'))
     assert.are.equal(nbars or 0, S.count(svg, 'class="bar"'))
+    assert.is_nil(svg:find(">-0<", 1, true))   -- no negative zero tick labels
     return counts
   end
 
