@@ -35,9 +35,17 @@ extern "C" {
 #include "backend_ops.h"
 #undef QG_OP
 
-/* Calls the backend of device dev (QG_CPU or QG_CUDA) for operation op with (ctx, ...). */
-#define QG_DISPATCH(ctx, dev, op, ...) \
-  ((dev) == QG_CUDA ? qg_cuda_##op((ctx), __VA_ARGS__) : qg_cpu_##op((ctx), __VA_ARGS__))
+/* Calls the backend of device dev (QG_CPU or QG_CUDA) for operation op with (ctx, ...). CUDA work
+ * needs a CUDA context (its stream orders the work, its cuBLAS handle runs the GEMMs): CUDA tensors
+ * given with a CPU context are a QG_ERR_DEVICE failure (qg_need_cuda_context), never a launch on
+ * the legacy default stream. */
+#define QG_DISPATCH(ctx, dev, op, ...)                                                                   \
+  ((dev) == QG_CUDA ? ((ctx)->device == QG_CUDA ? qg_cuda_##op((ctx), __VA_ARGS__)                    \
+                                                : qg_need_cuda_context((ctx), "qg_" #op))             \
+                    : qg_cpu_##op((ctx), __VA_ARGS__))
+
+/* The failure of a call on CUDA tensors through a CPU context (core/context.c). */
+qg_status qg_need_cuda_context(qg_ctx *ctx, const char *fn);
 
 /* The device shared by every non-NULL tensor of ts (n of them), or a QG_ERR_DEVICE failure naming
  * the first tensor that differs (names[i] is the argument name of ts[i]). *device gets the device;

@@ -3,7 +3,7 @@
  * checks and the xoshiro256** generator. Everything a call needs lives in the context, so two
  * contexts never share state and nothing is global.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -209,6 +209,11 @@ qg_status qg_check_tensor(qg_ctx *ctx, const char *fn, const char *arg, const qg
                    qg_shape_str(g, sizeof g, t->ndim, t->dims));
   }
   return QG_OK;
+}
+
+qg_status qg_need_cuda_context(qg_ctx *ctx, const char *fn) {
+  return qg_fail(ctx, QG_ERR_DEVICE, fn, "the tensors are on cuda but the context is a cpu context: "
+                 "pass the cuda context (its stream orders the work)");
 }
 
 qg_status qg_common_device(qg_ctx *ctx, const char *fn, int *device, int n, const qg_tensor *const *ts,

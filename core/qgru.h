@@ -119,14 +119,18 @@ qg_status qg_tensor_create(qg_ctx *ctx, qg_tensor **out, int dtype, int device, 
 qg_status qg_tensor_view(qg_ctx *ctx, qg_tensor **out, const qg_tensor *src, int64_t offset, int ndim, const int64_t *dims);
 void qg_tensor_free(qg_tensor *t);       /* NULL is allowed; frees data only when owned */
 
-/* Non-finite values of t (f32/f64, CPU): *count = how many entries are NaN or +-Inf, *first_index
- * = the flat (row-major) index of the first one, or -1 when there is none. Integer dtypes have no
- * non-finite values (count 0, first_index -1). A CUDA tensor is QG_ERR_DEVICE. */
+/* Non-finite values of t (f32/f64, any device): *count = how many entries are NaN or +-Inf,
+ * *first_index = the flat (row-major) index of the first one, or -1 when there is none. Integer
+ * dtypes have no non-finite values (count 0, first_index -1). A CUDA tensor is counted on the
+ * device; the two numbers come back to the host (the call synchronizes the context's stream). */
 qg_status qg_count_nonfinite(qg_ctx *ctx, int64_t *count, int64_t *first_index, const qg_tensor *t);
 
-/* dst = src elementwise. Same numel; any devices (cpu<->cuda); dtypes may differ only on the CPU
- * (converted by C casts; float->int truncates toward zero). */
+/* dst = src elementwise. Same numel; any devices (cpu<->cuda). dtypes may differ when dst and src
+ * are on the same device (either one) and do not share memory: every value is converted as
+ * (dst type)(double)src by C casts (float->int truncates toward zero; values outside the target
+ * type's range are undefined, as in C). */
 qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src);
+/* Every element of t (any dtype, any device) = (element type)value (a C cast; 0 and -0 give +0). */
 qg_status qg_fill(qg_ctx *ctx, qg_tensor *t, double value);
 /* Raw bytes in and out of host memory, for the Lua side (nbytes must equal t's byte size). */
 qg_status qg_copy_from_host(qg_ctx *ctx, qg_tensor *dst, const void *host, int64_t nbytes);
@@ -137,12 +141,14 @@ qg_status qg_normal(qg_ctx *ctx, qg_tensor *t, double mean, double std);
 /* out: i64 [n], a permutation of 0..n-1 drawn from its own generator seeded with seed
  * (stateless, so a data order is a pure function of (seed, epoch)). */
 qg_status qg_randperm(qg_ctx *ctx, qg_tensor *out, uint64_t seed);
-/* out [len(index), ...] = src[index[i], ...] along dim 0. index: i64 [k], each in [0, src.dims[0]). */
+/* out [len(index), ...] = src[index[i], ...] along dim 0. index: i64 [k], each in [0, src.dims[0])
+ * (checked before out is written; on a GPU the check's answer comes back to the host). */
 qg_status qg_index_select(qg_ctx *ctx, qg_tensor *out, const qg_tensor *src, const qg_tensor *index);
 /* y += alpha * x (f32 or f64, same shape); t *= alpha. */
 qg_status qg_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x);
 qg_status qg_scale(qg_ctx *ctx, qg_tensor *t, double alpha);
-/* *out = sum of squares of t (accumulated in double). */
+/* *out = sum of squares of t (accumulated in double: in element order on the CPU, in a fixed order
+ * that depends only on numel on a GPU, so a result is the same run to run). */
 qg_status qg_sum_squares(qg_ctx *ctx, double *out, const qg_tensor *t);
 /* out: i64 [N], the index of the largest value of each row of x [N, K] (first on ties). */
 qg_status qg_argmax_rows(qg_ctx *ctx, qg_tensor *out, const qg_tensor *x);
@@ -202,7 +208,8 @@ qg_status qg_linear_backward(qg_ctx *ctx, qg_tensor *dx, qg_tensor *dW, qg_tenso
 
 /* ---- losses (mean over the batch) ----------------------------------------------------------
  * Cross-entropy with logits: logits [N, K] f32, target i64 [N] in [0, K).
- * *loss = mean_n (logsumexp(logits_n) - logits_n[target_n]), computed in double.
+ * *loss = mean_n (logsumexp(logits_n) - logits_n[target_n]), computed in double. The host numbers
+ * these calls return (*loss, *correct) come back from a GPU with one small copy each.
  * dlogits [N, K] OVERWRITTEN with d(mean loss)/dlogits, scaled by scale (NULL to skip).          */
 qg_status qg_cross_entropy(qg_ctx *ctx, double *loss, qg_tensor *dlogits,
                            const qg_tensor *logits, const qg_tensor *target, double scale);

@@ -1,10 +1,10 @@
 /*
- * tensor.c: qg_tensor creation, views, copies between host and device, fill and random init
- * (memory movement: CPU tensors are written here, CUDA tensors through the device interface), and
- * the front doors of the small compute operations the Lua side needs (axpy, scale, sum of squares,
- * argmax, index_select, transpose), whose backends are core/tensor_cpu.c and kernels/tensor.cu.
- * Random numbers are always drawn on the host from the context RNG, so an initialisation is
- * identical whichever device the tensor lives on.
+ * tensor.c: qg_tensor creation, views, copies between host and device and random init (memory
+ * movement: CPU tensors are written here, CUDA tensors through the device interface), and the
+ * front doors of the small compute operations the Lua side needs (fill, dtype conversion in
+ * qg_copy, axpy, scale, sum of squares, argmax, index_select, transpose), whose backends are
+ * core/tensor_cpu.c and kernels/tensor.cu. Random numbers are always drawn on the host from the
+ * context RNG, so an initialisation is identical whichever device the tensor lives on.
  */
 #include "backend.h"
 
@@ -104,32 +104,6 @@ void qg_tensor_free(qg_tensor *t) {
   free(t);
 }
 
-/* Reads element i of a CPU tensor as double / writes it from double (C casts). */
-static double get_as_double(const qg_tensor *t, int64_t i) {
-  switch (t->dtype) {
-    case QG_F32: return ((const float *)t->data)[i];
-    case QG_F64: return ((const double *)t->data)[i];
-    case QG_I8: return ((const int8_t *)t->data)[i];
-    case QG_U8: return ((const uint8_t *)t->data)[i];
-    case QG_I16: return ((const int16_t *)t->data)[i];
-    case QG_I32: return ((const int32_t *)t->data)[i];
-    case QG_I64: return (double)((const int64_t *)t->data)[i];
-  }
-  return 0;
-}
-
-static void set_from_double(qg_tensor *t, int64_t i, double v) {
-  switch (t->dtype) {
-    case QG_F32: ((float *)t->data)[i] = (float)v; break;
-    case QG_F64: ((double *)t->data)[i] = v; break;
-    case QG_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
-    case QG_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
-    case QG_I16: ((int16_t *)t->data)[i] = (int16_t)v; break;
-    case QG_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-    case QG_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-  }
-}
-
 qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src) {
   if (!ctx) return QG_ERR_ARG;
   if (!dst || !src) return qg_fail(ctx, QG_ERR_ARG, __func__, "dst or src is NULL");
@@ -139,19 +113,12 @@ qg_status qg_copy(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src) {
                    qg_shape_str(a, sizeof a, dst->ndim, dst->dims), qg_shape_str(b, sizeof b, src->ndim, src->dims));
   }
   if (dst->dtype != src->dtype) {
-    if (dst->device != QG_CPU || src->device != QG_CPU)
-      return qg_fail(ctx, QG_ERR_UNSUPPORTED, __func__, "dtype conversion (%s -> %s) is CPU only",
-                     qg_dtype_name(src->dtype), qg_dtype_name(dst->dtype));
-    if (dst->dtype == QG_F32 && src->dtype == QG_U8) {   /* the data loader's hot case */
-      float *d = (float *)dst->data; const uint8_t *s = (const uint8_t *)src->data;
-      for (int64_t i = 0; i < src->numel; i++) d[i] = s[i];
-    } else if (dst->dtype == QG_I64 && src->dtype == QG_U8) {
-      int64_t *d = (int64_t *)dst->data; const uint8_t *s = (const uint8_t *)src->data;
-      for (int64_t i = 0; i < src->numel; i++) d[i] = s[i];
-    } else {
-      for (int64_t i = 0; i < src->numel; i++) set_from_double(dst, i, get_as_double(src, i));
-    }
-    return QG_OK;
+    if (dst->device != src->device)
+      return qg_fail(ctx, QG_ERR_UNSUPPORTED, __func__, "a dtype conversion (%s -> %s) runs on one device, got %s -> %s: "
+                     "convert on one device, then copy", qg_dtype_name(src->dtype), qg_dtype_name(dst->dtype),
+                     src->device == QG_CUDA ? "cuda" : "cpu", dst->device == QG_CUDA ? "cuda" : "cpu");
+    if (dst->data == src->data) return qg_fail(ctx, QG_ERR_ARG, __func__, "a dtype conversion needs distinct dst and src memory");
+    return QG_DISPATCH(ctx, dst->device, convert, dst, src);
   }
   int64_t nbytes = qg_tensor_bytes(src);
   if (dst->data == src->data || nbytes == 0) return QG_OK;
@@ -180,8 +147,8 @@ qg_status qg_copy_to_host(qg_ctx *ctx, void *host, const qg_tensor *src, int64_t
   return qg_dev_memcpy(ctx, host, src->data, nbytes, 1);
 }
 
-/* Runs fill on the host and uploads it, for CUDA tensors (not on a hot path: init and zeroing of
- * odd values only; zero fills use memset on the device). */
+/* Random initialisation draws on the host (the same numbers whichever device the tensor is on)
+ * and uploads the values for a CUDA tensor: one copy, at initialisation only. */
 static qg_status stage_to_device(qg_ctx *ctx, qg_tensor *t, const qg_tensor *host_view) {
   return qg_dev_memcpy(ctx, t->data, host_view->data, qg_tensor_bytes(t), 0);
 }
@@ -197,13 +164,13 @@ static qg_status host_view_for(qg_ctx *ctx, const char *fn, qg_tensor *t, qg_ten
 qg_status qg_fill(qg_ctx *ctx, qg_tensor *t, double value) {
   if (!ctx) return QG_ERR_ARG;
   QG_CHECK(qg_check_tensor(ctx, __func__, "t", t, -1, -1, NULL));
-  if (t->device == QG_CUDA && value == 0.0) return qg_dev_memset0(ctx, t->data, qg_tensor_bytes(t));
-  qg_tensor hv;
-  QG_CHECK(host_view_for(ctx, __func__, t, &hv));
-  if (value == 0.0) memset(hv.data, 0, (size_t)qg_tensor_bytes(&hv));
-  else if (hv.dtype == QG_F32) { float v = (float)value, *d = (float *)hv.data; for (int64_t i = 0; i < hv.numel; i++) d[i] = v; }
-  else for (int64_t i = 0; i < hv.numel; i++) set_from_double(&hv, i, value);
-  return t->device == QG_CPU ? QG_OK : stage_to_device(ctx, t, &hv);
+  return QG_DISPATCH(ctx, t->device, fill, t, value);
+}
+
+/* Element i of an f32 or f64 host tensor = v (rounded to f32 by a C cast). */
+static void set_real(qg_tensor *t, int64_t i, double v) {
+  if (t->dtype == QG_F32) ((float *)t->data)[i] = (float)v;
+  else ((double *)t->data)[i] = v;
 }
 
 static qg_status check_float(qg_ctx *ctx, const char *fn, const char *arg, const qg_tensor *t) {
@@ -219,7 +186,7 @@ qg_status qg_uniform(qg_ctx *ctx, qg_tensor *t, double lo, double hi) {
   if (!(lo <= hi)) return qg_fail(ctx, QG_ERR_ARG, __func__, "need lo <= hi, got [%g, %g)", lo, hi);
   qg_tensor hv;
   QG_CHECK(host_view_for(ctx, __func__, t, &hv));
-  for (int64_t i = 0; i < hv.numel; i++) set_from_double(&hv, i, lo + (hi - lo) * qg_rng_uniform01(ctx->rng));
+  for (int64_t i = 0; i < hv.numel; i++) set_real(&hv, i, lo + (hi - lo) * qg_rng_uniform01(ctx->rng));
   return t->device == QG_CPU ? QG_OK : stage_to_device(ctx, t, &hv);
 }
 
@@ -232,8 +199,8 @@ qg_status qg_normal(qg_ctx *ctx, qg_tensor *t, double mean, double std) {
   for (int64_t i = 0; i < hv.numel; i += 2) {   /* Box-Muller, both outputs used */
     double u1 = 1.0 - qg_rng_uniform01(ctx->rng), u2 = qg_rng_uniform01(ctx->rng);
     double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-    set_from_double(&hv, i, mean + std * rad * cos(th));
-    if (i + 1 < hv.numel) set_from_double(&hv, i + 1, mean + std * rad * sin(th));
+    set_real(&hv, i, mean + std * rad * cos(th));
+    if (i + 1 < hv.numel) set_real(&hv, i + 1, mean + std * rad * sin(th));
   }
   return t->device == QG_CPU ? QG_OK : stage_to_device(ctx, t, &hv);
 }

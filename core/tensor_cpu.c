@@ -1,11 +1,78 @@
 /*
- * tensor_cpu.c: the CPU backends of the small tensor operations (front doors in tensor.c):
- * axpy, scale, sum of squares (in double, element order), argmax of rows (first on ties),
- * index_select along dim 0 (indices checked here: they are values) and the dim-0/1 transpose.
+ * tensor_cpu.c: the CPU backends of the small tensor operations (front doors in tensor.c and
+ * tensor_checks.c): fill and dtype conversion (C casts), axpy, scale, sum of squares (in double,
+ * element order), argmax of rows (first on ties), index_select along dim 0 (indices checked here:
+ * they are values), the dim-0/1 transpose and the count of non-finite values.
  */
 #include "backend.h"
 
+#include <math.h>
 #include <string.h>
+
+/* Reads element i of a CPU tensor as double / writes it from double (C casts). */
+static double get_as_double(const qg_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case QG_F32: return ((const float *)t->data)[i];
+    case QG_F64: return ((const double *)t->data)[i];
+    case QG_I8: return ((const int8_t *)t->data)[i];
+    case QG_U8: return ((const uint8_t *)t->data)[i];
+    case QG_I16: return ((const int16_t *)t->data)[i];
+    case QG_I32: return ((const int32_t *)t->data)[i];
+    case QG_I64: return (double)((const int64_t *)t->data)[i];
+  }
+  return 0;
+}
+
+static void set_from_double(qg_tensor *t, int64_t i, double v) {
+  switch (t->dtype) {
+    case QG_F32: ((float *)t->data)[i] = (float)v; break;
+    case QG_F64: ((double *)t->data)[i] = v; break;
+    case QG_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
+    case QG_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+    case QG_I16: ((int16_t *)t->data)[i] = (int16_t)v; break;
+    case QG_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case QG_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+  }
+}
+
+qg_status qg_cpu_fill(qg_ctx *ctx, qg_tensor *t, double value) {
+  (void)ctx;
+  if (value == 0.0) memset(t->data, 0, (size_t)qg_tensor_bytes(t));
+  else if (t->dtype == QG_F32) { float v = (float)value, *d = (float *)t->data; for (int64_t i = 0; i < t->numel; i++) d[i] = v; }
+  else for (int64_t i = 0; i < t->numel; i++) set_from_double(t, i, value);
+  return QG_OK;
+}
+
+qg_status qg_cpu_convert(qg_ctx *ctx, qg_tensor *dst, const qg_tensor *src) {
+  (void)ctx;
+  if (dst->dtype == QG_F32 && src->dtype == QG_U8) {   /* the data loader's hot case */
+    float *d = (float *)dst->data; const uint8_t *s = (const uint8_t *)src->data;
+    for (int64_t i = 0; i < src->numel; i++) d[i] = s[i];
+  } else if (dst->dtype == QG_I64 && src->dtype == QG_U8) {
+    int64_t *d = (int64_t *)dst->data; const uint8_t *s = (const uint8_t *)src->data;
+    for (int64_t i = 0; i < src->numel; i++) d[i] = s[i];
+  } else {
+    for (int64_t i = 0; i < src->numel; i++) set_from_double(dst, i, get_as_double(src, i));
+  }
+  return QG_OK;
+}
+
+qg_status qg_cpu_count_nonfinite(qg_ctx *ctx, int64_t *count, int64_t *first_index, const qg_tensor *t) {
+  (void)ctx;
+  int64_t n = 0, first = -1;
+  if (t->dtype == QG_F32) {
+    const float *p = (const float *)t->data;
+    for (int64_t i = 0; i < t->numel; i++)
+      if (!isfinite(p[i])) { if (first < 0) first = i; n++; }
+  } else if (t->dtype == QG_F64) {
+    const double *p = (const double *)t->data;
+    for (int64_t i = 0; i < t->numel; i++)
+      if (!isfinite(p[i])) { if (first < 0) first = i; n++; }
+  }
+  *count = n;
+  *first_index = first;
+  return QG_OK;
+}
 
 qg_status qg_cpu_axpy(qg_ctx *ctx, qg_tensor *y, double alpha, const qg_tensor *x) {
   (void)ctx;

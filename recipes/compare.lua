@@ -16,15 +16,18 @@ local opt = cli.main(arg, {
   calib_batches = { 8, "calibration batches of 256", { int = true, min = 1 } },
   timing_steps = { 30, "training steps timed for the step-time ratio", { int = true, min = 1 } },
   seed = { 1, "seed" },
+  device = { qgru.device(), "cpu | cuda (default: cuda when a GPU is present; QGRU_DEVICE overrides)", { choices = { "cpu", "cuda" } } },
 }, "recipes/compare.lua: PTQ and QAT across bitwidth configs", function(o)
   if not zoo.exists(o.weights) then error("qgru: no float weights at " .. o.weights .. ": run recipes/train_float.lua first", 0) end
   local n = 0
   for name in o.configs:gmatch("[^,]+") do quant.config("config/" .. name .. ".json"); n = n + 1 end
   if n == 0 then error("qgru: option --configs names no config", 0) end
+  qgru.setDevice(o.device)
 end)
 
 local dir, log = zoo.run(opt.name)
 log("qgru " .. qgru.VERSION .. "  recipes/compare.lua\n" .. cli.describe(opt))
+log("device: " .. qgru.device() .. (qgru.device() == "cuda" and ("  (math " .. qgru.math() .. ")") or ""))
 local trainset, testset = zoo.fmnist()
 local crit = qgru.nn.CrossEntropy()
 
@@ -41,14 +44,15 @@ end
 local function step_ms(m)
   local o = optim.Adam(m, { lr = 0 })
   m:training()
-  local times, k = {}, 0
-  for x, y in trainset:batches(128) do
+  local times, k, staging = {}, 0, {}
+  for xb, yb in trainset:batches(128) do
     local t0 = qgru.wallTime()
+    local x, y = train.toDevice(staging, "x", xb, m:device()), train.toDevice(staging, "y", yb, m:device())
     local out = m:forward(x)
     crit:forward(out, y)
     m:zeroGrad()
     m:backward(x, crit:backward(out, y))
-    o:step()
+    o:step()                                 -- returns the norm: the step has finished on the device
     k = k + 1
     if k > 3 then times[#times + 1] = 1000 * (qgru.wallTime() - t0) end
     if #times >= opt.timing_steps then break end

@@ -1,79 +1,29 @@
 -- recipes/train_float.lua: float GRU on Fashion-MNIST rows (T = 28 rows of C = 28 pixels):
 -- GRU(28 -> 128), last step, Linear(128 -> 10), Adam with a cosine learning-rate decay.
--- Writes runs/<name>/: config.txt, log.txt, metrics.csv, metrics.json, model.safetensors,
--- checkpoint.safetensors (resume with --resume runs/<name>/checkpoint.safetensors).
+-- Writes runs/<name>/ (qgru.rundir; the name is train_float plus the options that differ from
+-- their defaults, e.g. runs/train_float-epochs=3, unless --name is given): run.json,
+-- options.json, log.txt, metrics.jsonl (one line per epoch), metrics.csv, metrics.json,
+-- checkpoint.safetensors (every epoch), model.safetensors, curves.svg (accuracy per epoch, when
+-- the qgru.plot module is there).
 --   ./qgru recipes/train_float.lua [--epochs 12] [--hidden 128] [--lr 2e-3] ...
+--   ./qgru recipes/train_float.lua --resume          # continues an interrupted run
+-- A finished run is not overwritten: --force moves it aside (runs/<name>.old-N) and starts again.
 local qgru = require("qgru")
-local nn, optim, data, train, cli, zoo = qgru.nn, qgru.optim, qgru.data, qgru.train, qgru.cli, qgru.zoo
+local cli, zoo = qgru.cli, qgru.zoo
 
-local opt = cli.main(arg, {
-  name = { "train_float", "run name (folder under runs/)", { nonempty = true } },
-  epochs = { 12, "training epochs", { int = true, min = 1 } },
-  batch_size = { 128, "batch size", { int = true, min = 1 } },
-  hidden = { 128, "GRU hidden size", { int = true, min = 1 } },
-  layers = { 1, "GRU layers", { int = true, min = 1 } },
-  lr = { 2e-3, "peak learning rate (cosine decay to lr/100)", { min = 0 } },
-  clip = { 1.0, "global gradient-norm clip (0 = off)", { min = 0 } },
-  seed = { 1, "seed for initialisation and data order" },
-  threads = { 0, "BLAS threads (0 = OpenBLAS default)", { int = true, min = 0 } },
-  train_limit = { 0, "use only the first N training images (0 = all)", { int = true, min = 0 } },
-  resume = { "", "checkpoint to resume from" },
-  data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
-}, "recipes/train_float.lua: float GRU on Fashion-MNIST rows", function(o)
-  if o.resume ~= "" and not zoo.exists(o.resume) then error("qgru: --resume " .. o.resume .. ": no such file", 0) end
+local spec = zoo.floatSpec()
+local opt = cli.main(arg, spec, "recipes/train_float.lua: float GRU on Fashion-MNIST rows", function(o)
+  if o.resume ~= "" and o.resume ~= "true" and not zoo.exists(o.resume) then
+    error("qgru: --resume " .. o.resume .. ": no such run folder or checkpoint", 0)
+  end
 end)
 
-local run_dir, log = zoo.run(opt.name, opt.resume ~= "")
-local cfg = assert(io.open(run_dir .. "/config.txt", "w"))
-cfg:write(cli.describe(opt), "\n")
-cfg:close()
-log("qgru " .. qgru.VERSION .. "  recipes/train_float.lua\n" .. cli.describe(opt))
-
-if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
-qgru.seed(opt.seed)
-local model = nn.Sequential()
-  :add(nn.GRU(28, opt.hidden, { layers = opt.layers }))
-  :add(nn.Last())
-  :add(nn.Linear(opt.hidden, 10))
-local criterion = nn.CrossEntropy()
-local optimizer = optim.Adam(model, { lr = opt.lr, clip = opt.clip > 0 and opt.clip or nil })
-local engine = train.Engine{ model = model, criterion = criterion, optimizer = optimizer, log = log }
--- a checkpoint that cannot be resumed (another model, other options, corrupt) stops the run
--- here, before the data is loaded
-if opt.resume ~= "" then
-  cli.guard(engine.checkResume, engine, { resume = opt.resume, batch_size = opt.batch_size, seed = opt.seed, options = opt })
+-- the run folder and a checkpoint to resume from are checked before any data is loaded
+local job = cli.guard(zoo.floatJob, opt, spec)
+if job.run.finished then
+  print(job.run.dir .. " is finished already (see its metrics.json); nothing to do. --force trains it again.")
+  os.exit(0)
 end
-
-local trainset = data.fashionMNIST("train", { dir = opt.data_dir, limit = opt.train_limit > 0 and opt.train_limit or nil })
-local testset = data.fashionMNIST("test", { dir = opt.data_dir })
-log(string.format("data: %d training and %d test sequences of 28 x 28", trainset.n, testset.n))
-log(tostring(model))
-
-local t0 = qgru.wallTime()
-local state = engine:train{
-  data = trainset, batch_size = opt.batch_size, epochs = opt.epochs, seed = opt.seed, eval = testset,
-  checkpoint = run_dir .. "/checkpoint.safetensors", resume = opt.resume ~= "" and opt.resume or nil,
-  lr_schedule = function(step, total) return optim.cosine(opt.lr, step, total, 0.01) end,
-  options = opt,
-}
-local wall = qgru.wallTime() - t0
-
--- metrics.csv and metrics.json, one row per epoch
-local csv = assert(io.open(run_dir .. "/metrics.csv", "w"))
-csv:write("epoch,seconds,train_loss,train_acc,test_loss,test_acc,samples_per_s\n")
-local rows = {}
-for _, h in ipairs(state.history) do
-  csv:write(string.format("%d,%.2f,%.5f,%.5f,%.5f,%.5f,%.0f\n", h.epoch, h.seconds, h.train_loss or 0, h.train_acc or 0,
-                          h.eval_loss, h.eval_acc, h.samples_per_s or 0))
-  rows[#rows + 1] = string.format('{"epoch": %d, "seconds": %.2f, "train_loss": %.5f, "train_acc": %.5f, "test_loss": %.5f, "test_acc": %.5f, "samples_per_s": %.0f}',
-                                  h.epoch, h.seconds, h.train_loss or 0, h.train_acc or 0, h.eval_loss, h.eval_acc, h.samples_per_s or 0)
-end
-csv:close()
-local last = state.history[#state.history]
-local js = assert(io.open(run_dir .. "/metrics.json", "w"))
-js:write(string.format('{"recipe": "train_float", "test_acc": %.5f, "epochs": %d, "wall_seconds": %.1f, "history": [\n  %s\n]}\n',
-                       last.eval_acc, #state.history, wall, table.concat(rows, ",\n  ")))
-js:close()
-qgru.save(model, run_dir .. "/model.safetensors")
-log(string.format("done: test accuracy %.2f%% after %d epochs, %.1f s wall; weights in %s/model.safetensors",
-                  100 * last.eval_acc, #state.history, wall, run_dir))
+job:start()
+local trainset, testset = zoo.fmnist({ dir = job.opt.data_dir, train_limit = job.opt.train_limit, test_limit = job.opt.test_limit })
+job:train(trainset, testset)

@@ -1,12 +1,19 @@
 -- cli.lua: recipe options. A recipe declares its options with defaults and help; the command
 -- line (`./qgru recipe.lua --epochs 3 --lr 1e-3`) overrides them with type checks, and
 -- `--help` prints them. An option may carry rules as a third field: {int = true, min = 0,
--- max = 32, choices = {"a", "b"}, nonempty = true}.
+-- max = 32, choices = {"a", "b"}, nonempty = true, bare = "true"} (bare: the value of an option
+-- given without one, e.g. `--resume` alone).
 --   local opt = cli.parse(arg, {epochs = {10, "training epochs", {int = true, min = 1}},
 --                               lr = {1e-3, "learning rate", {min = 0}}}, "recipes/train_float.lua: ...")
 -- Recipes call cli.main instead: a bad option prints the message and the usage on stderr and
 -- exits with status 2 (no stack traceback), before anything else (data loading) happens.
 local cli = {}
+
+-- The options given on the command line, per parsed options table (cli.given(opt)).
+local given_sets = setmetatable({}, { __mode = "k" })
+
+-- The set of option names that the command line gave (the others took their defaults).
+function cli.given(opt) return given_sets[opt] or {} end
 
 local function usage(spec, title)
   local names = {}
@@ -14,7 +21,8 @@ local function usage(spec, title)
   table.sort(names)
   local lines = { title or "options:" }
   for _, k in ipairs(names) do
-    lines[#lines + 1] = string.format("  --%-18s %s (default: %s)", k, spec[k][2] or "", tostring(spec[k][1]))
+    local d = spec[k][1]
+    lines[#lines + 1] = string.format("  --%-18s %s (default: %s)", k, spec[k][2] or "", d == "" and '""' or tostring(d))
   end
   return table.concat(lines, "\n")
 end
@@ -39,7 +47,7 @@ local function check_rules(key, v, rules)
 end
 
 function cli.parse(args, spec, title)
-  local opt = {}
+  local opt, given = {}, {}
   for k, v in pairs(spec) do opt[k] = v[1] end
   local i = 1
   args = args or {}
@@ -52,9 +60,13 @@ function cli.parse(args, spec, title)
     key = key:gsub("-", "_")
     if not spec[key] then error("qgru: unknown option --" .. key .. "\n" .. usage(spec, title), 0) end
     local default, value = spec[key][1], inline
+    local bare = spec[key][3] and spec[key][3].bare
+    given[key] = true
     if value == nil then
       if type(default) == "boolean" and (args[i + 1] == nil or args[i + 1]:match("^%-%-")) then
         value = "true"
+      elseif bare ~= nil and (args[i + 1] == nil or args[i + 1]:match("^%-%-")) then
+        value = bare
       else
         i = i + 1
         value = args[i]
@@ -80,6 +92,7 @@ function cli.parse(args, spec, title)
     local problem = check_rules(k, v, spec[k][3])
     if problem then error("qgru: " .. problem, 0) end
   end
+  given_sets[opt] = given
   return opt
 end
 
@@ -109,6 +122,7 @@ end
 function cli.guard(fn, ...)
   local res = { pcall(fn, ...) }
   if not res[1] then
+    require("qgru.progress").clear()
     io.stderr:write(tostring(res[2]), "\n")
     os.exit(2)
   end

@@ -56,7 +56,9 @@ function data.npy(path)
   return t
 end
 
+-- Saves t (any device: a CUDA tensor is copied to the host first) as a .npy file.
 function data.saveNpy(path, t)
+  if t:device() ~= "cpu" then t = t:to("cpu") end
   local ctx = clib.context("cpu")
   check(ctx, lib.qg_npy_save(ctx, path, t.t))
 end

@@ -19,12 +19,15 @@ local qgru = {
 }
 qgru.quant = require("qgru.quant")
 qgru.zoo = require("qgru.zoo")
+qgru.rundir = require("qgru.rundir")       -- run directories of the recipes (runs/<name>/)
+qgru.progress = require("qgru.progress")   -- progress bars on a terminal
 
 local device = "cpu"
 
 -- "cpu" | "cuda": where new models (nn constructors without a device option) and new tensors
 -- (qgru.zeros, qgru.tensor, qgru.rand, qgru.randn) go by default. Existing objects stay where they
--- are: move a model with model:to(device).
+-- are: move a model with model:to(device). The default at load: the environment variable
+-- QGRU_DEVICE (cpu | cuda) when set, else cuda when a CUDA device is present, else cpu.
 function qgru.setDevice(d)
   if d ~= "cpu" and d ~= "cuda" then error("qgru.setDevice: expected 'cpu' or 'cuda', got " .. tostring(d), 2) end
   if d == "cuda" and not clib.cuda_available() then
@@ -34,6 +37,17 @@ function qgru.setDevice(d)
   qgru.nn.Module.setDefaultDevice(d)
 end
 function qgru.device() return device end
+
+do
+  local env = os.getenv("QGRU_DEVICE")
+  if env ~= nil and env ~= "" then
+    if env ~= "cpu" and env ~= "cuda" then error("qgru: QGRU_DEVICE must be 'cpu' or 'cuda', got '" .. env .. "'", 0) end
+    local ok, err = pcall(qgru.setDevice, env)
+    if not ok then error("qgru: QGRU_DEVICE=" .. env .. ": " .. tostring(err):gsub("^qgru%.setDevice: ", ""), 0) end
+  elseif clib.cuda_available() then
+    qgru.setDevice("cuda")
+  end
+end
 function qgru.cudaAvailable() return clib.cuda_available() end
 
 -- "strict" | "tf32": the float GEMMs on the GPU (float GRU, Linear, the STE backward) in strict

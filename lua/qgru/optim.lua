@@ -103,8 +103,12 @@ function Optimizer:device()
   return self.params[1].param:device()
 end
 
+-- The norm the fused step wrote into its f64 [1] tensor (on the arena's device): one 8-byte copy.
+local norm_buf = clib.ffi.new("double[1]")
 local function read_norm(t)
-  return t:device() == "cpu" and t:ptr()[0] or t:get(1)
+  local ctx = t:ctx()
+  check(ctx, lib.qg_copy_to_host(ctx, norm_buf, t.t, 8))
+  return Tensor.double(norm_buf)
 end
 
 -- Global L2 norm of all gradients (in double), and the factor that clips it to max_norm

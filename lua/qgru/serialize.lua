@@ -24,9 +24,14 @@ function M.mkdir(path)
   return path
 end
 
--- save(path, {name = Tensor, ...}, {key = "string", ...})
+-- save(path, {name = Tensor, ...}, {key = "string", ...}). Tensors may live on any device: CUDA
+-- ones are read through the cuda context, whose stream orders the copy after the work that wrote
+-- them (one device-to-host copy per tensor).
 function M.save(path, tensors, metadata)
   local ctx = cpu_ctx()
+  for _, t in pairs(tensors) do
+    if t:device() ~= "cpu" then ctx = clib.context(t:device()); break end
+  end
   local out = ffi.new("qg_st_writer*[1]")
   check(ctx, lib.qg_st_writer_create(ctx, out))
   local w = ffi.gc(out[0], lib.qg_st_writer_free)
@@ -34,7 +39,11 @@ function M.save(path, tensors, metadata)
   for name in pairs(tensors) do names[#names + 1] = name end
   table.sort(names)
   for _, name in ipairs(names) do check(ctx, lib.qg_st_writer_add(ctx, w, name, tensors[name].t)) end
-  for k, v in pairs(metadata or {}) do check(ctx, lib.qg_st_writer_metadata(ctx, w, k, tostring(v))) end
+  -- metadata in sorted key order, so the same content always gives the same bytes
+  local keys = {}
+  for k in pairs(metadata or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do check(ctx, lib.qg_st_writer_metadata(ctx, w, k, tostring(metadata[k]))) end
   check(ctx, lib.qg_st_writer_save(ctx, w, path))
   lib.qg_st_writer_free(ffi.gc(w, nil))
 end

@@ -169,16 +169,15 @@ end
 
 function Tensor:clone() return Tensor.new(self:shape(), self:dtype(), self:device()):copy(self) end
 
--- to("cuda"), to("cpu"), to("f64"): a converted copy, or self when nothing changes.
+-- to("cuda"), to("cpu"), to("f64"): a converted copy, or self when nothing changes. A dtype
+-- conversion runs on the tensor's own device (C casts, as qg_copy documents).
 function Tensor:to(what)
   if clib.devices[what] then
     if what == self:device() then return self end
     return Tensor.new(self:shape(), self:dtype(), what):copy(self)
   elseif clib.dtypes[what] then
     if what == self:dtype() then return self end
-    local src = self:device() == "cpu" and self or self:to("cpu")
-    local out = Tensor.new(self:shape(), what, "cpu"):copy(src)
-    return self:device() == "cpu" and out or out:to(self:device())
+    return Tensor.new(self:shape(), what, self:device()):copy(self)
   end
   error("qgru.Tensor:to: expected a device (cpu, cuda) or a dtype (f32 f64 i8 u8 i16 i32 i64), got " .. tostring(what), 2)
 end
@@ -221,9 +220,10 @@ function Tensor:sumsq()
   return read_f64(dbl, 0)
 end
 
--- Index of the largest value of each row of an [N, K] tensor, as an i64 [N] tensor (0-based).
+-- Index of the largest value of each row of an [N, K] tensor, as an i64 [N] tensor (0-based) on
+-- the tensor's device.
 function Tensor:argmax()
-  local out = Tensor.new({ self:size(1) }, "i64")
+  local out = Tensor.new({ self:size(1) }, "i64", self:device())
   local ctx = self:ctx()
   check(ctx, lib.qg_argmax_rows(ctx, out.t, live(self)))
   return out
@@ -313,22 +313,14 @@ function Tensor.from(tbl, dtype, device)
 end
 
 -- Non-finite values (NaN of any bit pattern, +-inf) of a float tensor: count, and the 1-based
--- flat index of the first one (nil when there is none). Integer tensors have none.
+-- flat index of the first one (nil when there is none). Integer tensors have none. Counted in C on
+-- the tensor's device (qg_count_nonfinite): a CUDA tensor is not copied to the host.
+local count_buf, first_buf = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
 function Tensor:countNonFinite()
-  local dt = self:dtype()
-  if dt ~= "f32" and dt ~= "f64" then return 0, nil end
-  local src = self:device() == "cpu" and self or self:to("cpu")
-  local w, n, count, first = ffi.cast(u32p, src:ptr()), self:numel(), 0, nil
-  if dt == "f32" then
-    for i = 0, n - 1 do
-      if band(w[i], 0x7F800000) == 0x7F800000 then count = count + 1; first = first or i + 1 end
-    end
-  else
-    for i = 0, n - 1 do
-      if band(w[2 * i + 1], 0x7FF00000) == 0x7FF00000 then count = count + 1; first = first or i + 1 end
-    end
-  end
-  return count, first
+  local ctx = self:ctx()
+  check(ctx, lib.qg_count_nonfinite(ctx, count_buf, first_buf, live(self)))
+  local count = tonumber(count_buf[0])
+  return count, count > 0 and tonumber(first_buf[0]) + 1 or nil
 end
 
 -- A printable summary: shape, dtype, device and up to 8 values per row, 6 rows.
@@ -337,9 +329,11 @@ function Tensor:__tostring()
   local s = self:shape()
   local head = string.format("qgru.Tensor %s %s %s", shape_str(s), self:dtype(), self:device())
   if self:numel() == 0 then return head end
-  local src = self:device() == "cpu" and self or self:to("cpu")
-  local p, cols = src:ptr(), s[#s]
+  local cols = s[#s]
   local rows = self:numel() / cols
+  -- the rows shown, as one copy of a prefix view for a CUDA tensor
+  local src = self:device() == "cpu" and self or self:view({ math.min(rows, 6) * cols }, 0):to("cpu")
+  local p = src:ptr()
   local isfloat = self:dtype() == "f32" or self:dtype() == "f64"
   local read = reader(self:dtype())
   local lines = { head }

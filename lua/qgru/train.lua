@@ -15,10 +15,17 @@
 -- counted in C (CrossEntropy:countCorrect). The loop itself is short: resuming, metrics,
 -- progress lines, evaluation and checkpoints (with the quantizer state) are the named built-in
 -- hooks of train.builtin, run at fixed points around the user's hooks.
+--
+-- Progress: on a terminal each epoch is one rewritten line with a bar, the running loss and
+-- accuracy and an ETA (qgru.progress), and the periodic lines go only to opts.logfile (a
+-- function, e.g. a run directory's log file); elsewhere the periodic lines are printed through
+-- opts.log as plain lines. Engine{progress = false} always prints plain lines; a table is passed
+-- to progress.new (tty, out, clock: tests inject them).
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local nn = require("qgru.nn")
 local serialize = require("qgru.serialize")
+local progress = require("qgru.progress")
 
 local train = {}
 
@@ -47,7 +54,8 @@ end
 
 -- t on device: itself when it is there, else a copy into a staging tensor kept in bufs[key]
 -- (re-created only when the shape or dtype changes), so a step moves its batch with one copy
--- per tensor and allocates nothing in steady state.
+-- per tensor and allocates nothing in steady state. Exported as train.toDevice for loops that
+-- do not use the engine (recipes/sweep.lua's timing).
 local function to_device(bufs, key, t, device)
   if t:device() == device then return t end
   local b = bufs[key]
@@ -59,6 +67,8 @@ local function to_device(bufs, key, t, device)
   return b:copy(t)
 end
 
+train.toDevice = to_device
+
 local Engine = class("train.Engine")
 train.Engine = Engine
 
@@ -68,7 +78,12 @@ function Engine:__init(opts)
     if not opts[k] then error("qgru: train.Engine: missing '" .. k .. "'", 3) end
   end
   self.model, self.criterion, self.optimizer = opts.model, opts.criterion, opts.optimizer
-  self.log = opts.log or function(line) io.write(line, "\n"); io.flush() end
+  self.log = opts.log or function(line) progress.write(io.stdout, line) end
+  self.logfile = opts.logfile
+  if opts.progress ~= nil and opts.progress ~= false and opts.progress ~= true and type(opts.progress) ~= "table" then
+    error("qgru: train.Engine: progress must be true, false or a table of progress.new options, got " .. tostring(opts.progress), 3)
+  end
+  self.progress = opts.progress
   self.hooks = strict_hooks()
   self.classify = self.criterion:isInstanceOf(nn.CrossEntropy)
   self._staging = {}
@@ -89,10 +104,21 @@ function Engine:_correct(out, y)
   return self.classify and self.criterion:countCorrect(out, y) or 0
 end
 
+-- A progress bar of total steps when the engine draws bars and the output is a terminal, else nil.
+function Engine:_bar(total, label, start)
+  if self.progress == false or total < 1 then return nil end
+  local po = { total = total, label = label, start = start }
+  if type(self.progress) == "table" then for k, v in pairs(self.progress) do po[k] = v end end
+  local bar = progress.new(po)
+  return bar.tty and bar or nil
+end
+
 function Engine:evaluate(ds, batch_size)
   local was_training = self.model.train
   self.model:evaluate()
   local total_loss, total_correct, n = 0, 0, 0
+  local bar = self:_bar(ds:numBatches(batch_size or 256), "evaluate")
+  local k = 0
   for x, y in ds:batches(batch_size or 256) do
     x, y = self:_toModel(x, y)
     local out = self.model:forward(x)
@@ -100,7 +126,10 @@ function Engine:evaluate(ds, batch_size)
     total_loss = total_loss + self.criterion:forward(out, y) * bs
     total_correct = total_correct + self:_correct(out, y)
     n = n + bs
+    k = k + 1
+    if bar then bar:update(k) end
   end
+  if bar then bar:done() end
   if was_training then self.model:training() end
   return total_loss / n, self.classify and total_correct / n or nil
 end
@@ -116,7 +145,7 @@ local OPTS = { data = true, batch_size = true, epochs = true, seed = true, shuff
 local builtin = {}
 
 -- Options that may change between a run and its resume (the rest must be equal).
-train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true }
+train.RESUME_MAY_DIFFER = { resume = true, threads = true, epochs = true, name = true, data_dir = true, device = true, force = true }
 
 -- Resumes from checkpoint o.resume: everything (tensors, metadata, quantizers, the options of
 -- the run) is checked before anything is loaded; on any mismatch nothing changes.
@@ -192,11 +221,12 @@ function builtin.checkpoint(self, run, state)
   self:_hook("onCheckpoint", state)
 end
 
--- Starts the metric windows of an epoch.
+-- Starts the metric windows of an epoch, and its progress bar on a terminal.
 function builtin.startMetrics(self, run, state)
   run.t_epoch, run.t_win = clib.wall_time(), clib.wall_time()
   run.win = { loss = 0, correct = 0, n = 0, steps = 0 }
   run.ep = { loss = 0, correct = 0, n = 0 }
+  run.bar = self:_bar(run.nb, string.format("epoch %d/%d", state.epoch, run.epochs), state.batch)
 end
 
 -- Adds an update's loss and correct count to the log window and the epoch.
@@ -207,9 +237,14 @@ function builtin.recordMetrics(self, run, state, loss, n, c)
   state.losses[#state.losses + 1] = loss
 end
 
--- The progress line, every log_every batches and at the end of the epoch.
+-- The progress line, every log_every batches and at the end of the epoch (on a terminal: the
+-- bar after every batch, and the line only in the log file).
 function builtin.logProgress(self, run, state, b)
   local w = run.win
+  if run.bar and run.ep.n > 0 then
+    local e = run.ep
+    run.bar:update(b, string.format("loss %.4f%s", e.loss / e.n, self.classify and string.format("  acc %.1f%%", 100 * e.correct / e.n) or ""))
+  end
   if w.steps == 0 or not (b % run.log_every == 0 or b == run.nb) then return end
   local dt = clib.wall_time() - run.t_win
   local line = string.format("epoch %d/%d  batch %d/%d  loss %.4f%s  lr %.2e  %.1f ms/step  %.0f samples/s",
@@ -217,7 +252,11 @@ function builtin.logProgress(self, run, state, b)
     self.classify and string.format("  acc %.1f%%", 100 * w.correct / w.n) or "",
     self.optimizer.lr, 1000 * dt / w.steps, w.n / dt)
   state.line = line
-  self.log(line)
+  if run.bar then
+    if self.logfile then self.logfile(line) end
+  else
+    self.log(line)
+  end
   self:_hook("onLog", state)
   run.t_win, run.win = clib.wall_time(), { loss = 0, correct = 0, n = 0, steps = 0 }
 end
@@ -225,6 +264,7 @@ end
 -- The epoch's record: train metrics, evaluation, history, the epoch line, onEndEpoch.
 function builtin.endEpoch(self, run, state)
   local o, e = run.o, run.ep
+  if run.bar then run.bar:done(); run.bar = nil end
   local rec = { epoch = state.epoch, seconds = clib.wall_time() - run.t_epoch }
   if e.n > 0 then
     rec.train_loss = e.loss / e.n
@@ -281,6 +321,12 @@ function Engine:train(o)
   if not o.data then error("qgru: Engine:train: missing 'data'", 2) end
   if not self.optimizer then error("qgru: Engine:train: the engine has no optimizer", 2) end
   local bs, epochs = o.batch_size or 128, o.epochs or 1
+  if type(epochs) ~= "number" or epochs < 1 or epochs % 1 ~= 0 then
+    error("qgru: Engine:train: epochs must be a positive integer, got " .. tostring(epochs), 2)
+  end
+  if type(bs) ~= "number" or bs < 1 or bs % 1 ~= 0 then
+    error("qgru: Engine:train: batch_size must be a positive integer, got " .. tostring(bs), 2)
+  end
   local nb = o.data:numBatches(bs)
   local run = { o = o, bs = bs, epochs = epochs, nb = nb, total_steps = epochs * nb, nan_policy = o.nan or "error",
                 log_every = o.log_every or math.max(1, math.floor(nb / 10)) }
@@ -299,7 +345,11 @@ function Engine:train(o)
       if o.checkpoint_every and state.step % o.checkpoint_every == 0 and b < nb then builtin.checkpoint(self, run, state) end
       if stop() then break end
     end
-    if stop() and state.batch < nb then builtin.checkpoint(self, run, state); break end
+    if stop() and state.batch < nb then
+      if run.bar then run.bar:done(); run.bar = nil end
+      builtin.checkpoint(self, run, state)
+      break
+    end
     builtin.endEpoch(self, run, state)
     state.epoch, state.batch = state.epoch + 1, 0
     builtin.checkpoint(self, run, state)

@@ -30,11 +30,12 @@ local function inputs_of(data, opts)
 end
 
 local CALIB_OPTS = { method = true, passes = true, weight_method = true, percentile = true, batches = true, batch_size = true,
-                     verbose = true }
+                     verbose = true, progress = true }
 
 -- Calibration (QUANT_SPEC.md section 5). opts: method ("histogram" | "minmax" | "mse" |
 -- "percentile", default histogram), passes (default 2), weight_method (default "minmax"),
--- percentile (99.99), batches / batch_size (for a Dataset). Returns a report:
+-- percentile (99.99), batches / batch_size (for a Dataset), progress (a function(done, total)
+-- called after every forward of the calibration sweeps). Returns a report:
 -- {{name=, method=, e=, z=, lo=, hi=, pass=}, ...}.
 -- model: the model; list: its GRUs ({gru =, prefix =}, from quant.grus, at least one).
 function M.run(model, list, data, opts)
@@ -50,6 +51,9 @@ function M.run(model, list, data, opts)
   local passes = opts.passes or 2
   if type(passes) ~= "number" or passes < 1 or passes % 1 ~= 0 then error("qgru: quant.calibrate: passes must be a positive integer", 3) end
   local pct = opts.percentile or 99.99
+  if opts.progress ~= nil and type(opts.progress) ~= "function" then
+    error("qgru: quant.calibrate: progress must be a function(done, total), got " .. type(opts.progress), 3)
+  end
   for _, g in ipairs(list) do
     if not g.gru.qstate then error("qgru: quant.calibrate: call quant.prepare(model, cfg) first", 3) end
   end
@@ -67,6 +71,12 @@ function M.run(model, list, data, opts)
     end
   end
   local needs_hist = method ~= "minmax"
+  local total, done = passes * (needs_hist and 2 or 1) * #inputs, 0
+  local function forward(x)
+    model:forward(x)
+    done = done + 1
+    if opts.progress then opts.progress(done, total) end
+  end
   for pass = 1, passes do
     for _, g in ipairs(list) do
       g.gru.qstate.mode = pass == 1 and "calib_float" or "calib_quant"
@@ -76,7 +86,7 @@ function M.run(model, list, data, opts)
       end
     end
     local ok, err = pcall(function()
-      for _, x in ipairs(inputs) do model:forward(x) end
+      for _, x in ipairs(inputs) do forward(x) end
       if needs_hist then
         for _, g in ipairs(list) do
           for lq in g.gru.qstate:each() do
@@ -84,7 +94,7 @@ function M.run(model, list, data, opts)
             lq.gru:ccall(ctx, lib.qg_stats_begin_histogram(ctx, lq.stats))
           end
         end
-        for _, x in ipairs(inputs) do model:forward(x) end
+        for _, x in ipairs(inputs) do forward(x) end
       end
     end)
     if not ok then

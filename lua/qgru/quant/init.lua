@@ -103,7 +103,7 @@ function quant.freeze(model, on)
 end
 
 -- Calibration (quant/calibrate.lua): opts method, passes, weight_method, percentile, batches,
--- batch_size; returns a report {{name=, method=, e=, z=, lo=, hi=, pass=}, ...}.
+-- batch_size, progress (function(done, total)); returns a report {{name=, method=, e=, z=, lo=, hi=, pass=}, ...}.
 function quant.calibrate(model, data, opts)
   return require("qgru.quant.calibrate").run(model, need_grus(model, "calibrate"), data, opts)
 end

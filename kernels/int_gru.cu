@@ -1,0 +1,1350 @@
+/*
+ * int_gru.cu: the CUDA backend of the integer GRU layer (qg_int_gru of core/qgru.h): weight
+ * quantization, the integer forward of QUANT_SPEC.md section 3 (bit-exact with the CPU) and the
+ * straight-through backward of section 4. The per-unit work is the shared cell of
+ * core/int_gru_cell.h (the CPU backend, core/int_gru_cpu.c, calls the same functions); this file
+ * only arranges the integer products around it. Built with --fmad=false (CMakeLists.txt).
+ *
+ * Forward, one layer and direction:
+ *   1. x -> input.x codes and masks (saved for the backward), observed at valid steps.
+ *   2. W x over all steps as one exact integer GEMM, requantized to matmul.Wx in its epilogue:
+ *      - int8 tensor cores (mma.sync m16n8k32 s8, int32 accumulation) for operands of <= 16 bits
+ *        and K < 2^17: a code q of b bits becomes r = q - base in the signed b-bit range (base =
+ *        2^(b-1) on unsigned grids), fed as one s8 plane (b <= 8) or two (r = 256 hi + lo + 128,
+ *        9..16 bits: four plane products). With c = q - z = sum_p scale_p plane_p + off,
+ *          sum_k cA cB = sum_ab sA sB (PA_a . PB_b) + offB SA[j] + offA[j] SB[n] + K offA[j] offB,
+ *        where SA, SB are row sums of (r - c0): the static zero-point terms form an int64 bias
+ *        per output row; offA[j] SB[n] only exists for asymmetric weights. Every plane product
+ *        is below 2^14 K < 2^31 (exact in int32), the combination is int64: exact.
+ *      - otherwise (and when the fallback path is forced) an fp64 cuBLAS GEMM of centered codes,
+ *        exact for <= 16-bit operands (sums < 2^53); wider operands are simulated in double, as
+ *        on the CPU (identical only while the double sums are exact).
+ *   3. h0 -> output.h codes (observed when given), in the same launch as step 1.
+ *   4. the recurrence, one of two paths (ctx->kernel_path; AUTO picks the persistent one where
+ *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED):
+ *      - persistent: one launch for all T steps. A thread-block cluster of CS CTAs owns NB batch
+ *        rows; CTA `rank` holds the int8 planes of R's rows for units [rank U, rank U + U) (all
+ *        three gates) in shared memory and computes R h for them with mma.sync (work items of
+ *        16 rows x 8 batch rows x a part of K over the warps, partial sums in shared memory);
+ *        each thread then runs the cell of one (unit, row), the CTA's new output.h planes are
+ *        pushed into every peer's next h buffer through distributed shared memory, 4 bytes a
+ *        store, with the per-row sums of (r - c0) the zero-point term needs (warp reductions);
+ *        one cluster barrier per step. Operands of <= 16 bits; the configuration (CS, NB) comes
+ *        from a model of the per-step time and the occupancy API, with one CTA per
+ *        multiprocessor when the grid fits the GPU. Activation tables go to shared memory.
+ *      - fallback: one kernel per step, one thread per (unit, row): R h with the transposed
+ *        centered R in int32 (where every partial sum stays below 2^31), int64 (exact) or double
+ *        (operands above 16 bits, as the CPU's simulated GEMM), then the cell.
+ *      Both write y (0 at padded steps), the saved state and hn.
+ *   Statistics (calibration) go through the device observer of stats.cuh: min/max and integer
+ *   counts do not depend on order, so the rows equal the CPU's, except that the real values
+ *   observed for gate.z_out / r_out / g_out come from the device's exp and tanh, which may differ
+ *   from glibc's in the last bit. For the same reason pre-activations above 16 bits (no table,
+ *   f evaluated per unit; documented as not integer-deployable) are not guaranteed bit-identical.
+ * Backward: per step a cell kernel (the shared STE cell) and one fp32 cuBLAS GEMM dh += dq R~;
+ *   after the loop the GEMMs of dx, dW, dR (qg_cuda_f32_compute: strict fp32 or TF32) and the bias
+ *   sums in a fixed order in double (chunks of rows, then the chunks in order): deterministic.
+ * Variable lengths as on the CPU: step s is valid for row n iff s < lengths[n], at time t =
+ *   reverse ? lengths[n] - 1 - s : s. Device lengths are not read by the host; values outside
+ *   1..T are clamped into 0..T (the CPU front door rejects them on the host).
+ */
+#include "cuda_common.cuh"
+#include "stats.cuh"
+#include "../core/int_gru.h"
+
+#include <cooperative_groups.h>
+#include <string.h>
+#include <type_traits>
+
+namespace cg = cooperative_groups;
+
+/* ================================ shared device helpers ================================ */
+
+__device__ __forceinline__ void observe(double *range, int64_t *counts, int op, double v) {
+  qg_stats_observe_dev(range + 4 * op, counts + (int64_t)QG_STATS_BINS * op, v);
+}
+
+__device__ __forceinline__ int64_t length_at(const int64_t *L, int64_t n, int64_t T) {
+  if (!L) return T;
+  const int64_t l = L[n];
+  return l < 0 ? 0 : (l > T ? T : l);
+}
+
+/* r = q - base split into s8 planes: one (np = 1) or r = 256 p0 + p1 + 128 (np = 2). */
+__device__ __forceinline__ void split_planes(int64_t q, int64_t base, int np, int8_t *p0, int8_t *p1) {
+  const int32_t r = (int32_t)(q - base);
+  if (np == 1) { *p0 = (int8_t)r; *p1 = 0; return; }
+  const int32_t lo = (r & 255) - 128;
+  *p0 = (int8_t)(r >> 8);
+  *p1 = (int8_t)lo;
+}
+
+__host__ __device__ __forceinline__ int64_t plane_scale(int np, int p) { return (np == 2 && p == 0) ? 256 : 1; }
+
+/* Sum of an int64 over the block (any order gives the same integer). red: 32 int64 of shared memory. */
+__device__ __forceinline__ int64_t block_sum_i64(int64_t v, int64_t *red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[w] = v;
+  __syncthreads();
+  int64_t s = 0;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < nw; i++) s += red[i];
+  return s;   /* valid in thread 0 */
+}
+
+/* D += A B on the int8 tensor cores: m16n8k32, A row-major (4 regs), B column-major (2 regs). */
+__device__ __forceinline__ void mma_s8(int32_t *d, const uint32_t *a, const uint32_t *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t lds32(const int8_t *p) { return *(const uint32_t *)p; }
+
+/* ================================ weight quantization ================================ */
+
+struct wq_params {
+  const float *src[QG_W_NUM];
+  int32_t *codes[QG_W_NUM];
+  float *fq[QG_W_NUM];
+  uint8_t *mask[QG_W_NUM];
+  const int32_t *exps[QG_W_NUM], *zps[QG_W_NUM];
+  int bits[QG_W_NUM], uns[QG_W_NUM];
+  int64_t cols[QG_W_NUM], end[QG_W_NUM];   /* end: cumulative element counts */
+};
+
+__global__ void quantize_weights_kernel(const __grid_constant__ wq_params p) {
+  const int64_t total = p.end[QG_W_NUM - 1];
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    int w = 0;
+    while (e >= p.end[w]) w++;
+    const int64_t i = e - (w ? p.end[w - 1] : 0), j = i / p.cols[w];
+    const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
+    int m;
+    const int64_t code = qg_quant_real((double)p.src[w][i], q, &m);
+    p.codes[w][i] = (int32_t)code;
+    p.fq[w][i] = (float)qg_deq(code, q);
+    p.mask[w][i] = (uint8_t)m;
+  }
+}
+
+extern "C" qg_status qg_cuda_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
+                                                      const qg_tensor *bx, const qg_tensor *br) {
+  const qg_tensor *src[QG_W_NUM] = {W, R, bx, br};
+  wq_params p;
+  int64_t total = 0;
+  for (int w = 0; w < QG_W_NUM; w++) {
+    p.src[w] = (const float *)src[w]->data;
+    p.codes[w] = g->codes[w]; p.fq[w] = g->fq[w]; p.mask[w] = g->mask[w];
+    p.exps[w] = g->w_exp[w]; p.zps[w] = g->w_zp[w];
+    p.bits[w] = g->w_bits[w]; p.uns[w] = g->w_unsigned[w];
+    p.cols[w] = qg_int_gru_weight_cols(g, w);
+    total += 3 * g->H * p.cols[w];
+    p.end[w] = total;
+  }
+  const unsigned blocks = qg_cuda_blocks(total, 256) < 4096 ? qg_cuda_blocks(total, 256) : 4096;
+  quantize_weights_kernel<<<blocks, 256, 0, qg_cuda_stream(ctx)>>>(p);
+  return qg_cuda_launched(ctx, "qg_int_gru_quantize_weights");
+}
+
+/* ================================ forward: operand preparation ================================ */
+
+/* Planes of a weight's codes [rows, K] for the int8 GEMMs, one block per padded row j < Mp:
+ * planes [np][Mp][Kp] (zeros beyond rows and K); off[j] = c0 + base - z[j];
+ * bconst[j] = offB S[j] + K off[j] offB with S[j] = sum_k (r - c0). */
+struct planes_job {
+  const int32_t *codes, *zp;
+  int64_t rows, K, Mp, Kp;
+  int np;
+  int64_t base, c0, offB;
+  int8_t *planes;
+  int64_t *off, *bconst;
+};
+
+/* Blocks [0, na) do job a (W), the others job b (R). */
+__global__ void weight_planes_kernel(const __grid_constant__ planes_job a, const __grid_constant__ planes_job b, int64_t na) {
+  __shared__ int64_t red[32];
+  const bool first = blockIdx.x < na;
+  const planes_job &p = first ? a : b;
+  const int64_t j = first ? blockIdx.x : blockIdx.x - na;
+  int64_t sum = 0;
+  for (int64_t k = threadIdx.x; k < p.Kp; k += blockDim.x) {
+    int8_t p0 = 0, p1 = 0;
+    if (j < p.rows && k < p.K) {
+      const int64_t q = p.codes[j * p.K + k];
+      split_planes(q, p.base, p.np, &p0, &p1);
+      sum += q - p.base - p.c0;
+    }
+    p.planes[j * p.Kp + k] = p0;
+    if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
+  }
+  sum = block_sum_i64(sum, red);
+  if (threadIdx.x == 0) {
+    const int64_t o = j < p.rows ? p.c0 + p.base - p.zp[j] : 0;
+    p.off[j] = o;
+    p.bconst[j] = j < p.rows ? p.offB * sum + p.K * o * p.offB : 0;
+  }
+}
+
+/* Centered codes of a weight [rows, K] as doubles (the fp64 GEMM), or transposed [K, rows] as
+ * int32 / double (the fallback recurrence's R). */
+__global__ void weight_centered_kernel(const int32_t *codes, const int32_t *zp, int64_t rows, int64_t K, int transpose,
+                                       double *outd, int32_t *outi) {
+  const int64_t n = rows * K;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = e / K, k = e % K;
+    const int64_t c = (int64_t)codes[e] - zp[j];
+    const int64_t o = transpose ? k * rows + j : e;
+    if (outd) outd[o] = (double)c;
+    else outi[o] = (int32_t)c;
+  }
+}
+
+/* input.x: one block per row r < nrows (rows >= TN only get zero planes): codes and masks, int8
+ * planes [np][Np][Kp] and S[r] = sum_k (r - c0) (when planes), centered doubles (when xd),
+ * statistics at valid steps. The blocks after nrows quantize h0 (h0_part). */
+struct h0_job {
+  const float *h0;   /* NULL: zeros */
+  int64_t NH;
+  qg_qp QH;
+  int32_t *hq0;
+};
+
+template <int OBS>
+__device__ __forceinline__ void h0_part(const h0_job &h, int64_t blk, double *range, int64_t *counts) {
+  const int64_t i = blk * blockDim.x + threadIdx.x;
+  if (i >= h.NH) return;
+  const double v = h.h0 ? (double)h.h0[i] : 0.0;
+  int m;
+  h.hq0[i] = (int32_t)qg_quant_real(v, h.QH, &m);
+  if (OBS && h.h0) observe(range, counts, QG_Q_OUTPUT_H, v);
+}
+
+template <int OBS>
+__global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, qg_qp QX, const int64_t *L, int32_t *xq,
+                               uint8_t *xm, int np, int64_t base, int64_t c0, int64_t Np, int64_t Kp, int8_t *planes,
+                               int64_t *S, double *xd, double *range, int64_t *counts, int64_t nrows, const __grid_constant__ h0_job hj) {
+  __shared__ int64_t red[32];
+  if ((int64_t)blockIdx.x >= nrows) { h0_part<OBS>(hj, blockIdx.x - nrows, range, counts); return; }
+  const int64_t r = blockIdx.x, TN = T * N;
+  const bool row = r < TN;
+  bool valid = false;
+  if (OBS && row) valid = r / N < length_at(L, r % N, T);
+  int64_t sum = 0;
+  const int64_t kend = planes ? Kp : C;
+  for (int64_t k = threadIdx.x; k < kend; k += blockDim.x) {
+    int8_t p0 = 0, p1 = 0;
+    if (row && k < C) {
+      const int64_t i = r * C + k;
+      const float v = x[i];
+      int m;
+      const int64_t q = qg_quant_real((double)v, QX, &m);
+      xq[i] = (int32_t)q;
+      xm[i] = (uint8_t)m;
+      if (OBS && valid) observe(range, counts, QG_Q_INPUT_X, (double)v);
+      if (planes) { split_planes(q, base, np, &p0, &p1); sum += q - base - c0; }
+      if (xd) xd[i] = (double)(q - QX.z);
+    }
+    if (planes) {
+      planes[r * Kp + k] = p0;
+      if (np == 2) planes[(Np + r) * Kp + k] = p1;
+    }
+  }
+  if (planes) {
+    sum = block_sum_i64(sum, red);
+    if (threadIdx.x == 0) S[r] = sum;
+  }
+}
+
+/* matmul.Wx codes and masks from an fp64 accumulator [TN, 3H] (exact integers, or simulated). */
+template <int OBS>
+__global__ void wx_requant_kernel(const double *acc, int64_t T, int64_t N, int64_t H3, const int32_t *eW, int eX, qg_qp Q,
+                                  int exact, const int64_t *L, int32_t *qwx, uint8_t *mwx, double *range, int64_t *counts) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (e >= T * N * H3) return;
+  const int64_t r = e / H3, j = e % H3;
+  const int s = eW[j] + eX;
+  const double a = acc[e];
+  int m;
+  const int64_t code = exact ? qg_requant64((int64_t)a, s, Q, &m) : qg_requant_real(a, s, Q, &m);
+  qwx[e] = (int32_t)code;
+  mwx[e] = (uint8_t)m;
+  if (OBS && r / N < length_at(L, r % N, T)) observe(range, counts, QG_Q_MATMUL_WX, ldexp(a, -s));
+}
+
+/* ---- W x on the int8 tensor cores, requantized in the epilogue ----
+ * Wp [PA][Mp][Kp] (rows j of W), Xp [PB][Np][Kp] (rows tn of x), Mp % 128 == 0, Np % 64 == 0,
+ * Kp % 64 == 0. Block tile 128 (j) x 64 (tn), 8 warps of 32 x 32, K in steps of 64. */
+enum { WX_BM = 128, WX_BN = 64, WX_BK = 64, WX_LD = WX_BK + 16 };
+
+struct wx_params {
+  const int8_t *Wp, *Xp;
+  int64_t Mp, Np, Kp;
+  int PA, PB;
+  int64_t H3, T, N;
+  const int64_t *bconst, *offW, *SX;
+  const int32_t *eW;
+  int eX;
+  qg_qp Q;
+  const int64_t *L;
+  int32_t *qwx;
+  uint8_t *mwx;
+  double *range;
+  int64_t *counts;
+};
+
+/* SINGLE: one plane pair (operands of <= 8 bits), no int64 accumulators. */
+template <int OBS, int SINGLE>
+__global__ void __launch_bounds__(256) wx_gemm_kernel(const __grid_constant__ wx_params p) {
+  __shared__ __align__(16) int8_t As[WX_BM * WX_LD], Bs[WX_BN * WX_LD];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int wm = warp & 3, wn = warp >> 2;   /* warp tile rows wm*32, cols wn*32 */
+  const int64_t m0 = (int64_t)blockIdx.y * WX_BM, n0 = (int64_t)blockIdx.x * WX_BN;
+  int64_t acc64[2][4][4];
+  int32_t acc[2][4][4];
+  if (!SINGLE) {
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+      for (int b = 0; b < 4; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc64[a][b][e] = 0;
+  }
+  const int PA = SINGLE ? 1 : p.PA, PB = SINGLE ? 1 : p.PB;
+  for (int pa = 0; pa < PA; pa++)
+    for (int pb = 0; pb < PB; pb++) {
+#pragma unroll
+      for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
+      const int8_t *Ab = p.Wp + (pa * p.Mp + m0) * p.Kp, *Bb = p.Xp + (pb * p.Np + n0) * p.Kp;
+      for (int64_t k0 = 0; k0 < p.Kp; k0 += WX_BK) {
+        for (int c = threadIdx.x; c < WX_BM * 4; c += 256) {
+          const int row = c >> 2, cv = c & 3;
+          *(int4 *)&As[row * WX_LD + cv * 16] = *(const int4 *)&Ab[row * p.Kp + k0 + cv * 16];
+        }
+        {
+          const int row = threadIdx.x >> 2, cv = threadIdx.x & 3;
+          *(int4 *)&Bs[row * WX_LD + cv * 16] = *(const int4 *)&Bb[row * p.Kp + k0 + cv * 16];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < WX_BK; kk += 32) {
+          uint32_t af[2][4], bf[4][2];
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++) {
+            const int8_t *a = As + (wm * 32 + mt * 16 + g) * WX_LD + kk + 4 * tq;
+            af[mt][0] = lds32(a);
+            af[mt][1] = lds32(a + 8 * WX_LD);
+            af[mt][2] = lds32(a + 16);
+            af[mt][3] = lds32(a + 8 * WX_LD + 16);
+          }
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            const int8_t *b = Bs + (wn * 32 + nt * 8 + g) * WX_LD + kk + 4 * tq;
+            bf[nt][0] = lds32(b);
+            bf[nt][1] = lds32(b + 16);
+          }
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
+        }
+        __syncthreads();
+      }
+      if (!SINGLE) {
+        const int64_t sc = plane_scale(p.PA, pa) * plane_scale(p.PB, pb);
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc64[a][b][e] += sc * acc[a][b][e];
+      }
+    }
+  /* epilogue: every load first (4 rows j, 8 columns tn per thread), then the requantization and
+   * the stores, so that no load waits behind a store it might alias */
+  const int64_t TN = p.T * p.N;
+  int64_t bc[2][2], ow[2][2], sx[4][2];
+  int ew[2][2];
+  bool vt[4][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * h;
+      const bool ok = j < p.H3;
+      bc[mt][h] = ok ? p.bconst[j] : 0;
+      ow[mt][h] = ok ? p.offW[j] : 0;
+      ew[mt][h] = ok ? p.eW[j] : 0;
+    }
+#pragma unroll
+  for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + h;
+      sx[nt][h] = tn < TN ? p.SX[tn] : 0;
+      vt[nt][h] = OBS && tn < TN && tn / p.N < length_at(p.L, tn % p.N, p.T);
+    }
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int hj = e >> 1, ht = e & 1;
+        const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * hj;
+        const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + ht;
+        if (j >= p.H3 || tn >= TN) continue;
+        const int64_t v = (SINGLE ? (int64_t)acc[mt][nt][e] : acc64[mt][nt][e]) + bc[mt][hj] + ow[mt][hj] * sx[nt][ht];
+        const int s = ew[mt][hj] + p.eX;
+        int m;
+        const int64_t code = qg_requant64(v, s, p.Q, &m);
+        p.qwx[tn * p.H3 + j] = (int32_t)code;
+        p.mwx[tn * p.H3 + j] = (uint8_t)m;
+        if (OBS && vt[nt][ht]) observe(p.range, p.counts, QG_Q_MATMUL_WX, ldexp((double)v, -s));
+      }
+}
+
+/* ================================ forward: the recurrence ================================ */
+
+/* What every recurrent kernel reads and writes besides R h. */
+struct rec_common {
+  qg_cell_q cell;
+  int64_t T, N, H;
+  const int32_t *qwx;          /* [T N, 3H] matmul.Wx codes (time order) */
+  const uint8_t *mwx;
+  const int32_t *bxc, *brc, *bxz, *brz, *bxe, *bre;   /* bias codes, zero points, exponents [3H] */
+  const int32_t *eR;           /* weight.R exponents [3H] */
+  const int64_t *L;
+  int reverse;
+  float *y;
+  int64_t Hy;
+  int y_offset;
+  float *hn;                   /* [N, H] or NULL: written at the last step */
+  uint8_t *cell_out;           /* saved cell state [T, N, H, cb] or NULL */
+  int cb;
+  int32_t *hq;                 /* saved output.h codes [T+1, N, H], or NULL */
+  int32_t *hping;              /* without saved state: two [N, H] buffers (step s at s & 1) */
+  double *range;
+  int64_t *counts;
+};
+
+/* output.h codes of step s (before the step runs: the state after s steps). */
+__device__ __forceinline__ int32_t *h_at(const rec_common &c, int64_t s) {
+  return c.hq ? c.hq + s * c.N * c.H : c.hping + (s & 1) * c.N * c.H;
+}
+
+/* The bias terms of unit i into a cell input (as the CPU's bias_terms). */
+__device__ __forceinline__ void fill_bias(const rec_common &c, int64_t i, qg_cell_in *in) {
+  for (int k = 0; k < 3; k++) {
+    const int64_t j = k * c.H + i;
+    in->bx[k] = (int64_t)c.bxc[j] - c.bxz[j];
+    in->br[k] = (int64_t)c.brc[j] - c.brz[j];
+    in->ebx[k] = c.bxe[j];
+    in->ebr[k] = c.bre[j];
+  }
+}
+
+/* The cell of unit i, row n at step s (time t), given a complete input; writes y and the saved
+ * state, observes; returns the new output.h code. */
+template <int WIDE, int OBS>
+__device__ __forceinline__ int64_t run_cell(const qg_cell_q *q, const rec_common &c, int64_t s, int64_t t, int64_t n,
+                                            int64_t i, const qg_cell_in *in) {
+  qg_cell_out out;
+  qg_cell_reals re = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  qg_cell_forward(q, in, &out, WIDE, OBS, &re);
+  if (OBS) {
+    observe(c.range, c.counts, QG_Q_Z_PRE, re.zpre); observe(c.range, c.counts, QG_Q_R_PRE, re.rpre);
+    observe(c.range, c.counts, QG_Q_Z_OUT, re.zout); observe(c.range, c.counts, QG_Q_R_OUT, re.rout);
+    observe(c.range, c.counts, QG_Q_MATMUL_RH, re.rhb); observe(c.range, c.counts, QG_Q_RRH, re.rrh);
+    observe(c.range, c.counts, QG_Q_G_PRE, re.gpre); observe(c.range, c.counts, QG_Q_G_OUT, re.gout);
+    observe(c.range, c.counts, QG_Q_OLD, re.old); observe(c.range, c.counts, QG_Q_NEW, re.nw);
+    observe(c.range, c.counts, QG_Q_OUTPUT_H, re.h);
+  }
+  const qg_qp QH = q->a[QG_Q_OUTPUT_H];
+  c.y[(t * c.N + n) * c.Hy + c.y_offset + i] = (float)((double)(out.h - QH.z) * ldexp(1.0, -QH.e));
+  if (c.cell_out) qg_cell_pack(c.cell_out + ((s * c.N + n) * c.H + i) * c.cb, q, &out);
+  return out.h;
+}
+
+/* Zero saved state of a padded step. */
+__device__ __forceinline__ void zero_cell(const rec_common &c, int64_t s, int64_t n, int64_t i) {
+  if (!c.cell_out) return;
+  uint8_t *d = c.cell_out + ((s * c.N + n) * c.H + i) * c.cb;
+  for (int b = 0; b < c.cb; b++) d[b] = 0;
+}
+
+/* ---- fallback: one kernel per step ----
+ * Block: FB_UNITS units x FB_NB rows, one thread per (unit, row): R h with the transposed centered
+ * R (int32 codes, or double for operands above 16 bits; the rows of a unit read the same R
+ * entries, from L1) and the rows' centered h codes staged in shared memory FB_KT at a time,
+ * accumulated in int32 where max|R| max|h| H < 2^31 (acc32), else in int64 (exact), or in double;
+ * then the cell. */
+enum { FB_UNITS = 64, FB_NB = 4, FB_THREADS = FB_UNITS * FB_NB, FB_KT = 256 };
+
+template <int WIDE, int OBS, int EXACT>
+__global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_constant__ rec_common c, const int32_t *Rti,
+                                                                   const double *Rtd, int acc32, int64_t s) {
+  typedef typename std::conditional<EXACT, int64_t, double>::type acc_t;
+  __shared__ acc_t hs[FB_NB][FB_KT];
+  const int64_t H = c.H, H3 = 3 * H, N = c.N;
+  const int r = threadIdx.x / FB_UNITS;
+  const int64_t i = (int64_t)blockIdx.x * FB_UNITS + threadIdx.x % FB_UNITS, n = (int64_t)blockIdx.y * FB_NB + r;
+  const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H], QRH = c.cell.a[QG_Q_MATMUL_RH];
+  const int32_t *hprev = h_at(c, s);
+  int32_t *hnext = h_at(c, s + 1);
+  const bool mine = i < H && n < N;
+  acc_t acc[3] = {0, 0, 0};
+  for (int64_t k0 = 0; k0 < H; k0 += FB_KT) {
+    for (int e = threadIdx.x; e < FB_NB * FB_KT; e += FB_THREADS) {
+      const int rr = e / FB_KT, kk = e % FB_KT;
+      const int64_t nn = (int64_t)blockIdx.y * FB_NB + rr, k = k0 + kk;
+      hs[rr][kk] = (nn < N && k < H) ? (acc_t)((int64_t)hprev[nn * H + k] - QH.z) : (acc_t)0;
+    }
+    __syncthreads();
+    if (mine) {
+      const int kn = (int)(H - k0 < FB_KT ? H - k0 : FB_KT);
+      if (EXACT && acc32) {   /* every partial sum below 2^31 */
+        int32_t a0 = 0, a1 = 0, a2 = 0;
+        const int32_t *Rk = Rti + k0 * H3 + i;
+#pragma unroll 4
+        for (int kk = 0; kk < kn; kk++) {
+          const int32_t hv = (int32_t)hs[r][kk];
+          a0 += Rk[(int64_t)kk * H3] * hv;
+          a1 += Rk[(int64_t)kk * H3 + H] * hv;
+          a2 += Rk[(int64_t)kk * H3 + 2 * H] * hv;
+        }
+        acc[0] += (acc_t)a0; acc[1] += (acc_t)a1; acc[2] += (acc_t)a2;
+      } else {
+#pragma unroll 4
+        for (int kk = 0; kk < kn; kk++) {
+          const int64_t o = (k0 + kk) * H3 + i;
+          const acc_t hv = hs[r][kk];
+          acc[0] += (EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o]) * hv;
+          acc[1] += (EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H]) * hv;
+          acc[2] += (EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H]) * hv;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (!mine) return;
+  const int64_t Ln = length_at(c.L, n, c.T);
+  const int64_t hp = hprev[n * H + i];
+  int64_t hnew = hp;
+  if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
+    zero_cell(c, s, n, i);
+    c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+  } else {
+    const int64_t t = c.reverse ? Ln - 1 - s : s;
+    const int64_t row = t * N + n;
+    qg_cell_in in;
+    in.mask = 0;
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      const int sc = c.eR[j] + QH.e;
+      int m;
+      int64_t code;
+      if (EXACT) code = qg_requant64((int64_t)acc[k], sc, QRH, &m);
+      else code = qg_requant_real((double)acc[k], sc, QRH, &m);
+      if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[k], -sc));
+      in.rh[k] = code;
+      in.wx[k] = c.qwx[row * H3 + j];
+      in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
+    }
+    fill_bias(c, i, &in);
+    in.hprev = hp;
+    hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
+  }
+  hnext[n * H + i] = (int32_t)hnew;
+  if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+}
+
+/* ---- persistent: one launch for all steps (see the header) ---- */
+struct pk_params {
+  rec_common c;
+  int CS, U, NB, Kp, Mp, PR, PH, ksplit;
+  int64_t baseH, c0H;             /* output.h planes */
+  const int8_t *Rp;               /* [PR][3H][Kp] */
+  const int64_t *rconst, *roff;   /* [3H] */
+  /* shared memory layout (bytes) */
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem;
+  int lut_smem;
+};
+
+/* Sum over the warp (every lane gets it). */
+__device__ __forceinline__ int64_t warp_sum_i64(int64_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <int WIDE, int OBS>
+__global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__ pk_params p) {
+  cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const rec_common &c = p.c;
+  const int rank = (int)cluster.block_rank();
+  const int CS = p.CS, U = p.U, NB = p.NB, Kp = p.Kp, Mp = p.Mp, PR = p.PR, PH = p.PH;
+  const int RS = Kp + 16, HS = Kp + 16;
+  const int64_t H = c.H, H3 = 3 * H, N = c.N, T = c.T;
+  const int64_t n0 = (int64_t)(blockIdx.x / CS) * NB, i0 = (int64_t)rank * U;
+  const int Ureal = (int)(H - i0 < 0 ? 0 : (H - i0 < U ? H - i0 : U));
+  int8_t *Rs = (int8_t *)smem;
+  int8_t *Hs = (int8_t *)(smem + p.off_H);             /* [2][PH][NB][HS] */
+  int64_t *accp = (int64_t *)(smem + p.off_acc);       /* [ksplit][NB][Mp + 4]: R h partial sums */
+  int64_t *part = (int64_t *)(smem + p.off_part);      /* [2][CS][NB] row sums of h by source rank */
+  int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes */
+  int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h */
+  int4 *items = (int4 *)(smem + p.off_items);          /* the R h work items: m row, n row, k steps, k part */
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t hbuf = (int64_t)PH * NB * HS;
+
+  /* R's rows of this CTA's units (local row g U + u), zero rows and columns beyond */
+  const int kv = Kp / 16;
+  for (int e = tid; e < PR * Mp * kv; e += nthr) {
+    const int pl = e / (Mp * kv), rem = e % (Mp * kv), lr = rem / kv, cv = rem % kv;
+    int4 v = make_int4(0, 0, 0, 0);
+    if (lr < 3 * U) {
+      const int gt = lr / U, u = lr % U;
+      if (u < Ureal) v = ((const int4 *)(p.Rp + ((int64_t)pl * H3 + gt * H + i0 + u) * Kp))[cv];
+    }
+    *(int4 *)(Rs + ((int64_t)pl * Mp + lr) * RS + cv * 16) = v;
+  }
+  /* activation tables */
+  qg_cell_q q = c.cell;
+  if (p.lut_smem) {
+    int32_t *lut = (int32_t *)(smem + p.off_lut);
+    int64_t o = 0;
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      const int64_t n = 2 * q.lut_n[k];
+      for (int64_t e = tid; e < n; e += nthr) lut[o + e] = c.cell.lut[k][e];
+      q.lut[k] = lut + o;
+      o += n;
+    }
+  }
+  for (int64_t e = tid; e < 2 * hbuf / 16; e += nthr) ((int4 *)Hs)[e] = make_int4(0, 0, 0, 0);
+  for (int e = tid; e < 2 * CS * NB; e += nthr) part[e] = 0;
+  const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit, Mps = Mp + 4;
+  for (int it = tid; it < nitems; it += nthr) {
+    const int mt = it % Mt, rest = it / Mt, nt = rest % Nt, ks = rest / Nt;
+    items[it] = make_int4(mt * 16, nt * 8, (ks * Ks / p.ksplit) | (((ks + 1) * Ks / p.ksplit) << 16), ks);
+  }
+  __syncthreads();
+  /* h0 planes of every unit (buffer 0) and their row sums (as if all came from rank 0), a warp per row */
+  const int32_t *hq0 = h_at(c, 0);
+  for (int nl = warp; nl < NB; nl += nwarps) {
+    const int64_t n = n0 + nl;
+    if (n >= N) continue;
+    int64_t sum = 0;
+    for (int64_t k = lane; k < H; k += 32) {
+      const int64_t code = hq0[n * H + k];
+      int8_t p0, p1;
+      split_planes(code, p.baseH, PH, &p0, &p1);
+      Hs[(int64_t)nl * HS + k] = p0;
+      if (PH == 2) Hs[(int64_t)(NB + nl) * HS + k] = p1;
+      sum += code - p.baseH - p.c0H;
+    }
+    sum = warp_sum_i64(sum);
+    if (lane == 0) part[nl] = sum;
+  }
+  /* this thread's cell: unit u of the slice, row nl of the tile */
+  const int u = tid % U, nl = tid / U;
+  const int64_t i = i0 + u, n = n0 + nl;
+  const bool mine = tid < U * NB;   /* owns a slot of the slice (maybe a padding one) */
+  const bool active = mine && u < Ureal && n < N;
+  const qg_qp QH = q.a[QG_Q_OUTPUT_H], QRH = q.a[QG_Q_MATMUL_RH];
+  qg_cell_in base_in;
+  int64_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
+  int srh[3] = {0, 0, 0};
+  int64_t hprev = 0, Ln = 0;
+  base_in.mask = 0;
+  base_in.hprev = 0;
+  for (int k = 0; k < 3; k++) base_in.wx[k] = base_in.rh[k] = base_in.bx[k] = base_in.br[k] = base_in.ebx[k] = base_in.ebr[k] = 0;
+  if (active) {
+    fill_bias(c, i, &base_in);
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      rconst[k] = p.rconst[j];
+      roff[k] = p.roff[j];
+      srh[k] = c.eR[j] + QH.e;
+    }
+    hprev = hq0[n * H + i];
+    Ln = length_at(c.L, n, T);
+  }
+  if (mine) {   /* padding slots push zeros */
+    for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
+    contrib[tid] = 0;
+  }
+  /* this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
+  const int words = U / 4, has_word = tid < PH * NB * words;
+  const int64_t word_src = has_word ? (int64_t)(tid / words) * U + 4 * (tid % words) : 0;
+  const int64_t word_dst = has_word ? (int64_t)(tid / words) * HS + i0 + 4 * (tid % words) : 0;
+  cluster.sync();
+
+  for (int64_t s = 0; s < T; s++) {
+    const int cur = (int)(s & 1), nxt = cur ^ 1;
+    /* this step's W x codes, fetched before the products to hide their latency */
+    const bool valid = active && s < Ln;
+    const int64_t t = valid ? (c.reverse ? Ln - 1 - s : s) : 0;
+    int32_t wxc[3] = {0, 0, 0};
+    uint32_t wxm = 0;
+    if (valid) {
+      const int64_t row = (t * N + n) * H3;
+      for (int k = 0; k < 3; k++) {
+        wxc[k] = c.qwx[row + k * H + i];
+        wxm |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
+      }
+    }
+    /* R h: items (m tile, n tile, k part) over the warps */
+    const int8_t *Hc = Hs + cur * hbuf;
+    for (int it = warp; it < nitems; it += nwarps) {
+      const int4 d4 = items[it];
+      const int m16 = d4.x, n8 = d4.y, kb = d4.z & 0xffff, ke = d4.z >> 16, ks = d4.w;
+      int64_t a64[4] = {0, 0, 0, 0};
+      for (int pa = 0; pa < PR; pa++)
+        for (int pb = 0; pb < PH; pb++) {
+          int32_t d[4] = {0, 0, 0, 0};
+          const int8_t *A = Rs + ((int64_t)pa * Mp + m16 + g) * RS + 4 * tq;
+          const int8_t *B = Hc + ((int64_t)pb * NB + n8 + g) * HS + 4 * tq;
+          for (int kst = kb; kst < ke; kst++) {
+            const int kk = kst * 32;
+            const uint32_t a[4] = {lds32(A + kk), lds32(A + 8 * RS + kk), lds32(A + kk + 16), lds32(A + 8 * RS + kk + 16)};
+            const uint32_t b[2] = {lds32(B + kk), lds32(B + kk + 16)};
+            mma_s8(d, a, b);
+          }
+          const int64_t sc = plane_scale(PR, pa) * plane_scale(PH, pb);
+          for (int e = 0; e < 4; e++) a64[e] += sc * d[e];
+        }
+      for (int e = 0; e < 4; e++) {
+        const int row = m16 + g + (e >= 2 ? 8 : 0), col = n8 + 2 * tq + (e & 1);
+        accp[((int64_t)ks * NB + col) * Mps + row] = a64[e];
+      }
+    }
+    __syncthreads();
+    /* the cells */
+    if (active) {
+      int64_t hnew = hprev;
+      if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
+        zero_cell(c, s, n, i);
+        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+      } else {
+        int64_t sh = 0;
+        for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
+        qg_cell_in in = base_in;
+        in.mask = wxm;
+        for (int k = 0; k < 3; k++) {
+          const int lr = k * U + u;
+          int64_t a = rconst[k] + roff[k] * sh;
+          for (int ks = 0; ks < p.ksplit; ks++) a += accp[((int64_t)ks * NB + nl) * Mps + lr];
+          int m;
+          in.rh[k] = qg_requant64(a, srh[k], QRH, &m);
+          if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)a, -srh[k]));
+          in.wx[k] = wxc[k];
+          in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+        }
+        in.hprev = hprev;
+        hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
+      }
+      if (c.hq) c.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
+      else if (s == T - 1) h_at(c, T)[n * H + i] = (int32_t)hnew;
+      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+      hprev = hnew;
+      int8_t p0, p1;
+      split_planes(hnew, p.baseH, PH, &p0, &p1);
+      slice[(int64_t)nl * U + u] = p0;
+      if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
+      contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
+    }
+    __syncthreads();
+    /* the new slice to every CTA of the cluster (4 bytes a store), then the row sums */
+    if (has_word) {
+      const uint32_t v = *(const uint32_t *)(slice + word_src);
+      for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
+    }
+    for (int rl = warp; rl < NB; rl += nwarps) {
+      int64_t sum = 0;
+      for (int uu = lane; uu < U; uu += 32) sum += contrib[rl * U + uu];
+      sum = warp_sum_i64(sum);
+      for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
+    }
+    cluster.sync();
+  }
+}
+
+/* hn = deq(output.h codes after T steps). */
+__global__ void hn_kernel(const int32_t *h, int64_t NH, qg_qp QH, float *hn) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < NH) hn[i] = (float)qg_deq(h[i], QH);
+}
+
+/* ================================ forward: host side ================================ */
+
+/* How a GEMM operand of codes is fed to the int8 tensor cores (see the header). */
+struct op_planes {
+  int n;          /* 1 (<= 8 bits) or 2 (9..16 bits) */
+  int64_t base;   /* r = q - base in the signed b-bit range */
+  int64_t c0;     /* r = sum_p scale_p plane_p + c0 */
+};
+
+static op_planes planes_of(int bits, int uns) {
+  op_planes p;
+  p.n = bits <= 8 ? 1 : 2;
+  p.base = uns ? ((int64_t)1 << (bits - 1)) : 0;
+  p.c0 = p.n == 2 ? 128 : 0;
+  return p;
+}
+
+/* off = c0 + base - z: the centered code minus its planes' value. */
+static int64_t planes_off(op_planes p, int32_t z) { return p.c0 + p.base - z; }
+
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* Bytes from a running offset, 256-aligned; returns the offset. */
+static int64_t take(int64_t *total, int64_t bytes) {
+  const int64_t o = *total;
+  *total += round_up(bytes > 0 ? bytes : 1, 256);
+  return o;
+}
+
+/* One configuration of the persistent kernel. */
+struct pk_plan {
+  int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem, clusters;
+  double cost;
+};
+
+/* Sizes of configuration (CS, NB) for H units; 0 when it does not fit a block. */
+static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, pk_plan *c) {
+  const int64_t U = round_up((H + CS - 1) / CS, 4);
+  if (U * NB > 512) return 0;
+  c->CS = CS; c->NB = NB; c->U = (int)U;
+  c->Kp = (int)round_up(CS * U, 32);
+  c->Mp = (int)round_up(3 * U, 16);
+  c->threads = (int)round_up(U * NB, 32);
+  if (c->threads < 64) c->threads = 64;
+  const int nwarps = c->threads / 32, Mt = c->Mp / 16, Nt = NB / 8, Ks = c->Kp / 32;
+  int64_t best = -1;
+  for (int ks = 1; ks <= Ks; ks++) {
+    const int64_t rounds = ((int64_t)Mt * Nt * ks + nwarps - 1) / nwarps, per = (Ks + ks - 1) / ks, cost = rounds * per;
+    if (best < 0 || cost < best) { best = cost; c->ksplit = ks; }
+  }
+  int64_t o = (int64_t)PR * c->Mp * (c->Kp + 16);
+  c->off_H = round_up(o, 16); o = c->off_H + 2LL * PH * NB * (c->Kp + 16);
+  c->off_acc = round_up(o, 16); o = c->off_acc + (int64_t)c->ksplit * (c->Mp + 4) * NB * 8;
+  c->off_part = round_up(o, 16); o = c->off_part + 2LL * CS * NB * 8;
+  c->off_slice = round_up(o, 16); o = c->off_slice + (int64_t)PH * NB * U;
+  c->off_contrib = round_up(o, 16); o = c->off_contrib + (int64_t)NB * U * 4;
+  c->off_items = round_up(o, 16); o = c->off_items + (int64_t)(c->Mp / 16) * (NB / 8) * c->ksplit * 16;
+  c->off_lut = round_up(o, 16);
+  c->lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c->off_lut + lut_bytes <= smem_max;
+  c->smem = c->lut_smem ? c->off_lut + lut_bytes : c->off_lut;
+  return c->smem <= smem_max;
+}
+
+typedef void (*pk_kernel)(pk_params);
+
+/* The fastest configuration that launches, by a model of the per-step time (waves of clusters x
+ * cells per CTA, then the smaller cluster); *found = 0 when none fits. */
+static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t N, int64_t H, int PR, int PH,
+                           int64_t lut_bytes, pk_plan *out, int *found) {
+  *found = 0;
+  int dev, sms, smem_max, smem_sm;
+  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  pk_plan cand[20];
+  int nc = 0;
+  const int nbs[4] = {8, 16, 32, 64}, css[5] = {1, 2, 4, 8, 16};
+  for (int a = 0; a < 4; a++)
+    for (int b = 0; b < 5; b++) {
+      pk_plan c;
+      if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, &c)) continue;
+      c.clusters = (N + c.NB - 1) / c.NB;
+      int64_t bps = smem_sm / (c.smem + 1024);
+      if (2048 / c.threads < bps) bps = 2048 / c.threads;
+      if (65536 / (c.threads * 128) < bps) bps = 65536 / (c.threads * 128);
+      if (bps < 1) bps = 1;
+      int64_t resident = (int64_t)sms * bps / c.CS;
+      if (resident < 1) resident = 1;
+      const int64_t waves = (c.clusters + resident - 1) / resident;
+      c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
+      cand[nc++] = c;
+    }
+  for (int tries = 0; tries < nc; tries++) {
+    int bi = -1;
+    for (int k = 0; k < nc; k++)
+      if (cand[k].cost >= 0 && (bi < 0 || cand[k].cost < cand[bi].cost)) bi = k;
+    if (bi < 0) break;
+    pk_plan c = cand[bi];
+    cand[bi].cost = -1;
+    QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+    if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)c.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
+    cfg.blockDim = dim3((unsigned)c.threads);
+    cfg.dynamicSmemBytes = (size_t)c.smem;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); active = 0; }
+    if (active <= 0) continue;
+    /* one CTA per multiprocessor where all of them fit at once: ask for more than half of a
+     * multiprocessor's shared memory (two CTAs on one multiprocessor would slow their clusters) */
+    const int64_t half = smem_sm / 2;
+    if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
+      int wide_active = 0;
+      cfg.dynamicSmemBytes = (size_t)half;
+      QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)half));
+      if (cudaOccupancyMaxActiveClusters(&wide_active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); wide_active = 0; }
+      if (wide_active >= c.clusters) c.smem = half;
+      else QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+    }
+    *out = c;
+    *found = 1;
+    return QG_OK;
+  }
+  return QG_OK;
+}
+
+static pk_kernel pk_kernel_of(int wide, int obs) {
+  if (wide) return obs ? persistent_kernel<1, 1> : persistent_kernel<1, 0>;
+  return obs ? persistent_kernel<0, 1> : persistent_kernel<0, 0>;
+}
+
+extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                                             const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
+                                             const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_forward";
+  cudaStream_t st = qg_cuda_stream(ctx);
+  const int64_t T = x->dims[0], N = x->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N, NH = N * H;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qspec *A = g->act;
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H], QWX = cq->a[QG_Q_MATMUL_WX];
+  const int xb = A[QG_Q_INPUT_X].bitwidth, hb = A[QG_Q_OUTPUT_H].bitwidth, wb = g->w_bits[QG_W_W], rb = g->w_bits[QG_W_R];
+  const op_planes xpl = planes_of(xb, A[QG_Q_INPUT_X].is_unsigned), hpl = planes_of(hb, A[QG_Q_OUTPUT_H].is_unsigned);
+  const op_planes wpl = planes_of(wb, g->w_unsigned[QG_W_W]), rpl = planes_of(rb, g->w_unsigned[QG_W_R]);
+  const int path = ctx->kernel_path, obs = stats != NULL;
+  double *range = obs ? (double *)stats->range->data : NULL;
+  int64_t *counts = obs ? (int64_t *)stats->counts->data : NULL;
+  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+
+  /* the 64-bit cell where its bounds hold (as the CPU decides) */
+  int ebx[2] = {31, -31}, ebr[2] = {31, -31};
+  for (int64_t j = 0; j < H3; j++) {
+    const int a = g->w_exp_host[QG_W_BX][j], b = g->w_exp_host[QG_W_BR][j];
+    if (a < ebx[0]) ebx[0] = a;
+    if (a > ebx[1]) ebx[1] = a;
+    if (b < ebr[0]) ebr[0] = b;
+    if (b > ebr[1]) ebr[1] = b;
+  }
+  const int wide = !qg_cell_fits64(A, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+
+  /* W x: int8 tensor cores, or the fp64 GEMM (forced fallback path, operands above 16 bits, huge C) */
+  const int wx_exact = xb <= 16 && wb <= 16;
+  const int wx_mma = wx_exact && C < (1 << 17) && path != QG_PATH_FALLBACK;
+  /* the recurrence */
+  const int rec_exact = hb <= 16 && rb <= 16;
+  int acc32 = 0;   /* fallback: R h partial sums below 2^31 */
+  if (rec_exact) {
+    const qg_qp gr = qg_qp_make(rb, g->w_unsigned[QG_W_R], 0, 0);
+    int64_t rmax = 0;
+    for (int64_t j = 0; j < H3; j++) {
+      const int64_t z = g->w_zp_host[QG_W_R][j], a = gr.qmax - z > z - gr.qmin ? gr.qmax - z : z - gr.qmin;
+      if (a > rmax) rmax = a;
+    }
+    const int64_t hmax = QH.qmax - QH.z > QH.z - QH.qmin ? QH.qmax - QH.z : QH.z - QH.qmin;
+    acc32 = (double)rmax * (double)hmax * (double)H < 2147483648.0;
+  }
+  int64_t lut_bytes = 0;
+  for (int k = 0; k < 3; k++) lut_bytes += cq->lut[k] ? 2 * cq->lut_n[k] * 4 : 0;
+  if (!(cq->lut[0] && cq->lut[1] && cq->lut[2])) lut_bytes = 0;
+  pk_plan pc;
+  memset(&pc, 0, sizeof pc);
+  int persistent = 0;
+  const pk_kernel pkern = pk_kernel_of(wide, obs);
+  if (path != QG_PATH_FALLBACK && TN > 0) {
+    char why[160];
+    why[0] = 0;
+    if (!rec_exact) snprintf(why, sizeof why, "output.h and weight.R of at most 16 bits (got %d and %d)", hb, rb);
+    else if (H >= (1 << 17)) snprintf(why, sizeof why, "H < 131072 (got %lld)", (long long)H);
+    else {
+      int found;
+      QG_CHECK(pk_choose(ctx, fn, pkern, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
+      if (!found) snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
+                           (long long)H, rb, hb);
+    }
+    if (why[0]) {
+      if (path == QG_PATH_PERSISTENT)
+        return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "the persistent integer GRU kernel needs %s; use kernel path 'auto' or 'fallback'", why);
+    } else {
+      persistent = 1;
+    }
+  }
+
+  /* device workspace */
+  int64_t total = 0;
+  const int64_t o_xq = saved ? 0 : take(&total, TN * C * 4), o_xm = saved ? 0 : take(&total, TN * C);
+  const int64_t o_hp = saved ? 0 : take(&total, 2 * NH * 4);
+  const int64_t o_qwx = take(&total, TN * H3 * 4), o_mwx = take(&total, TN * H3);
+  const int64_t Np = round_up(TN > 0 ? TN : 1, WX_BN), KpX = round_up(C, WX_BK), MpW = round_up(H3, WX_BM);
+  int64_t o_Xp = 0, o_SX = 0, o_Wp = 0, o_offW = 0, o_bcW = 0, o_Xd = 0, o_Wd = 0, o_acc = 0;
+  if (wx_mma) {
+    o_Xp = take(&total, xpl.n * Np * KpX); o_SX = take(&total, Np * 8);
+    o_Wp = take(&total, wpl.n * MpW * KpX); o_offW = take(&total, MpW * 8); o_bcW = take(&total, MpW * 8);
+  } else {
+    o_Xd = take(&total, TN * C * 8); o_Wd = take(&total, H3 * C * 8); o_acc = take(&total, TN * H3 * 8);
+  }
+  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0;
+  if (persistent) {
+    o_Rp = take(&total, (int64_t)rpl.n * H3 * pc.Kp); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
+  } else {
+    o_Rt = take(&total, H3 * H * (rec_exact ? 4 : 8));
+  }
+  char *ws;
+  QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
+  int32_t *xq = saved ? (int32_t *)saved->xq->data : (int32_t *)(ws + o_xq);
+  uint8_t *xm = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(ws + o_xm);
+  int32_t *qwx = (int32_t *)(ws + o_qwx);
+  uint8_t *mwx = (uint8_t *)(ws + o_mwx);
+
+  int32_t *hq0 = saved ? (int32_t *)saved->hq->data : (int32_t *)(ws + o_hp);
+
+  /* 1. weights as GEMM operands: int8 planes (W for the tensor-core W x, R for the persistent
+   * kernel; one launch) or centered codes */
+  {
+    planes_job jobs[2];
+    int nj = 0;
+    int64_t blocks[2] = {0, 0};
+    if (wx_mma) {
+      planes_job w = {g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, MpW, KpX, wpl.n, wpl.base, wpl.c0, planes_off(xpl, QX.z),
+                      (int8_t *)(ws + o_Wp), (int64_t *)(ws + o_offW), (int64_t *)(ws + o_bcW)};
+      blocks[nj] = MpW;
+      jobs[nj++] = w;
+    }
+    if (persistent) {
+      planes_job r = {g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, H3, pc.Kp, rpl.n, rpl.base, rpl.c0, planes_off(hpl, QH.z),
+                      (int8_t *)(ws + o_Rp), (int64_t *)(ws + o_offR), (int64_t *)(ws + o_bcR)};
+      blocks[nj] = H3;
+      jobs[nj++] = r;
+    }
+    if (nj > 0)
+      weight_planes_kernel<<<(unsigned)(blocks[0] + blocks[1]), 128, 0, st>>>(jobs[0], jobs[nj - 1], blocks[0]);
+  }
+  if (!wx_mma)
+    weight_centered_kernel<<<qg_cuda_blocks(H3 * C, 256) < 4096 ? qg_cuda_blocks(H3 * C, 256) : 4096, 256, 0, st>>>(
+        g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, 0, (double *)(ws + o_Wd), NULL);
+  if (!persistent)
+    weight_centered_kernel<<<qg_cuda_blocks(H3 * H, 256) < 4096 ? qg_cuda_blocks(H3 * H, 256) : 4096, 256, 0, st>>>(
+        g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, 1, rec_exact ? NULL : (double *)(ws + o_Rt), rec_exact ? (int32_t *)(ws + o_Rt) : NULL);
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+
+  /* 2. input.x codes and h0 -> output.h codes (one launch), 3. W x requantized to matmul.Wx */
+  const int64_t rows = TN > 0 ? (wx_mma ? Np : TN) : 0, h0_blocks = (NH + 127) / 128;
+  int8_t *Xp = wx_mma ? (int8_t *)(ws + o_Xp) : NULL;
+  int64_t *SX = wx_mma ? (int64_t *)(ws + o_SX) : NULL;
+  double *Xd = wx_mma ? NULL : (double *)(ws + o_Xd);
+  if (rows + h0_blocks > 0) {
+    h0_job hj = {h0 ? (const float *)h0->data : NULL, NH, QH, hq0};
+    if (obs)
+      x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
+                                                                       xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
+    else
+      x_quant_kernel<0><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
+                                                                       xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  if (TN > 0) {
+    if (wx_mma) {
+      wx_params wp;
+      wp.Wp = (const int8_t *)(ws + o_Wp); wp.Xp = Xp;
+      wp.Mp = MpW; wp.Np = Np; wp.Kp = KpX; wp.PA = wpl.n; wp.PB = xpl.n;
+      wp.H3 = H3; wp.T = T; wp.N = N;
+      wp.bconst = (const int64_t *)(ws + o_bcW); wp.offW = (const int64_t *)(ws + o_offW); wp.SX = SX;
+      wp.eW = g->w_exp[QG_W_W]; wp.eX = QX.e; wp.Q = QWX; wp.L = L;
+      wp.qwx = qwx; wp.mwx = mwx; wp.range = range; wp.counts = counts;
+      const dim3 grid((unsigned)(Np / WX_BN), (unsigned)(MpW / WX_BM));
+      const int single = wpl.n == 1 && xpl.n == 1;
+      if (obs) {
+        if (single) wx_gemm_kernel<1, 1><<<grid, 256, 0, st>>>(wp);
+        else wx_gemm_kernel<1, 0><<<grid, 256, 0, st>>>(wp);
+      } else {
+        if (single) wx_gemm_kernel<0, 1><<<grid, 256, 0, st>>>(wp);
+        else wx_gemm_kernel<0, 0><<<grid, 256, 0, st>>>(wp);
+      }
+    } else {
+      const double one = 1.0, zero = 0.0;
+      double *acc = (double *)(ws + o_acc);
+      QG_CUBLAS_CHECK(ctx, fn, cublasDgemm(qg_cuda_blas(ctx), CUBLAS_OP_T, CUBLAS_OP_N, (int)H3, (int)TN, (int)C, &one,
+                                           (const double *)(ws + o_Wd), (int)C, Xd, (int)C, &zero, acc, (int)H3));
+      const unsigned blocks = qg_cuda_blocks(TN * H3, 256);
+      if (obs) wx_requant_kernel<1><<<blocks, 256, 0, st>>>(acc, T, N, H3, g->w_exp[QG_W_W], QX.e, QWX, wx_exact, L, qwx, mwx, range, counts);
+      else wx_requant_kernel<0><<<blocks, 256, 0, st>>>(acc, T, N, H3, g->w_exp[QG_W_W], QX.e, QWX, wx_exact, L, qwx, mwx, range, counts);
+    }
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+
+  /* the recurrence's common arguments (padded steps get y = 0 in the recurrent kernels, which
+   * also write hn) */
+  rec_common rc;
+  memset(&rc, 0, sizeof rc);
+  rc.cell = *cq;
+  rc.T = T; rc.N = N; rc.H = H;
+  rc.qwx = qwx; rc.mwx = mwx;
+  rc.bxc = g->codes[QG_W_BX]; rc.brc = g->codes[QG_W_BR];
+  rc.bxz = g->w_zp[QG_W_BX]; rc.brz = g->w_zp[QG_W_BR];
+  rc.bxe = g->w_exp[QG_W_BX]; rc.bre = g->w_exp[QG_W_BR];
+  rc.eR = g->w_exp[QG_W_R];
+  rc.L = L; rc.reverse = reverse ? 1 : 0;
+  rc.y = (float *)y->data; rc.Hy = y->dims[2]; rc.y_offset = y_offset;
+  rc.hn = hn ? (float *)hn->data : NULL;
+  rc.cell_out = saved ? (uint8_t *)saved->cell->data : NULL;
+  rc.cb = qg_cell_bytes(cq->narrow);
+  rc.hq = saved ? (int32_t *)saved->hq->data : NULL;
+  rc.hping = saved ? NULL : (int32_t *)(ws + o_hp);
+  rc.range = range; rc.counts = counts;
+
+  /* 5. the steps */
+  if (TN > 0 && persistent) {
+    pk_params pp;
+    memset(&pp, 0, sizeof pp);
+    pp.c = rc;
+    pp.CS = pc.CS; pp.U = pc.U; pp.NB = pc.NB; pp.Kp = pc.Kp; pp.Mp = pc.Mp; pp.PR = rpl.n; pp.PH = hpl.n; pp.ksplit = pc.ksplit;
+    pp.baseH = hpl.base; pp.c0H = hpl.c0;
+    pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
+    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_lut = pc.off_lut;
+    pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)pc.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(pc.clusters * pc.CS));
+    cfg.blockDim = dim3((unsigned)pc.threads);
+    cfg.dynamicSmemBytes = (size_t)pc.smem;
+    cfg.stream = st;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&cfg, pkern, pp));
+  } else if (TN > 0) {
+    const dim3 grid(qg_cuda_blocks(H, FB_UNITS), qg_cuda_blocks(N, FB_NB));
+    const int32_t *Rti = rec_exact ? (const int32_t *)(ws + o_Rt) : NULL;
+    const double *Rtd = rec_exact ? NULL : (const double *)(ws + o_Rt);
+    for (int64_t s = 0; s < T; s++) {
+      if (rec_exact) {
+        if (wide) {
+          if (obs) fallback_step_kernel<1, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+          else fallback_step_kernel<1, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+        } else {
+          if (obs) fallback_step_kernel<0, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+          else fallback_step_kernel<0, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+        }
+      } else {
+        if (obs) fallback_step_kernel<1, 1, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+        else fallback_step_kernel<1, 0, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
+      }
+    }
+  }
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+  if (hn && NH > 0 && TN == 0) {   /* no step: hn = h0 */
+    const int32_t *last = hq0;
+    hn_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(last, NH, QH, (float *)hn->data);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  return QG_OK;
+}
+
+/* ================================ backward ================================ */
+
+struct bwd_params {
+  qg_cell_q cell;
+  qg_cell_tables tb;
+  int64_t T, N, H;
+  const int64_t *L;
+  int reverse;
+  const int32_t *hq;      /* [T+1, N, H] */
+  const uint8_t *cellp;   /* [T, N, H, cb] */
+  int cb;
+  const float *dy;
+  int64_t Hy;
+  int y_offset;
+  float *dp, *dq, *bcx, *bcr;   /* [T N, 3H]: dp in time order, the others in processing order */
+};
+
+/* The STE cell of every (row, unit) at step s; dh_next gets the direct part of dL/dh_{s-1}. */
+__global__ void bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, const float *dh, float *dh_next) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = p.H, H3 = 3 * H, N = p.N;
+  if (e >= N * H) return;
+  const int64_t n = e / H, i = e % H, Ln = length_at(p.L, n, p.T);
+  float *dqr = p.dq + (s * N + n) * H3, *bxr = p.bcx + (s * N + n) * H3, *brr = p.bcr + (s * N + n) * H3;
+  if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+    for (int k = 0; k < 3; k++) dqr[k * H + i] = bxr[k * H + i] = brr[k * H + i] = 0.0f;
+    dh_next[e] = dh[e];
+    return;
+  }
+  const int64_t t = p.reverse ? Ln - 1 - s : s;
+  qg_cell_out su;
+  qg_cell_grad gr;
+  qg_cell_unpack(p.cellp + ((s * N + n) * H + i) * p.cb, &p.cell, &su);
+  const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
+  qg_cell_backward(&p.cell, &p.tb, &su, p.hq[s * N * H + e], dH, &gr);
+  float *dpr = p.dp + (t * N + n) * H3;
+  for (int k = 0; k < 3; k++) {
+    dpr[k * H + i] = gr.dp[k];
+    dqr[k * H + i] = gr.dq[k];
+    bxr[k * H + i] = gr.dbx[k];
+    brr[k * H + i] = gr.dbr[k];
+  }
+  dh_next[e] = gr.dhprev;
+}
+
+/* Bias sums in a fixed order: the CPU's sequence (steps descending, rows ascending) cut into
+ * chunks of BIAS_CHUNK (row, step) pairs summed in double, then the chunks in order. */
+enum { BIAS_CHUNK = 64 };
+
+__global__ void bias_partial_kernel(const float *bcx, const float *bcr, int64_t T, int64_t N, int64_t H3, double *part) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, c = blockIdx.y, TN = T * N;
+  if (j >= H3) return;
+  const int64_t q1 = (c + 1) * BIAS_CHUNK < TN ? (c + 1) * BIAS_CHUNK : TN;
+  double sx = 0, sr = 0;
+  for (int64_t q = c * BIAS_CHUNK; q < q1; q++) {
+    const int64_t r = (T - 1 - q / N) * N + q % N;
+    sx += bcx[r * H3 + j];
+    sr += bcr[r * H3 + j];
+  }
+  part[(2 * c) * H3 + j] = sx;
+  part[(2 * c + 1) * H3 + j] = sr;
+}
+
+__global__ void bias_final_kernel(const double *part, int64_t chunks, int64_t H3, const uint8_t *mbx, const uint8_t *mbr,
+                                  float *dbx, float *dbr) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= H3) return;
+  double sx = 0, sr = 0;
+  for (int64_t c = 0; c < chunks; c++) { sx += part[(2 * c) * H3 + j]; sr += part[(2 * c + 1) * H3 + j]; }
+  dbx[j] += mbx[j] ? (float)sx : 0.0f;
+  dbr[j] += mbr[j] ? (float)sr : 0.0f;
+}
+
+/* out = deq(codes) as float. */
+__global__ void deq_kernel(const int32_t *codes, int64_t n, qg_qp q, float *out) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = (float)qg_deq(codes[i], q);
+}
+
+/* out += mask ? v : 0 */
+__global__ void masked_add_kernel(float *out, const float *v, const uint8_t *mask, int64_t n) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] += mask[i] ? v[i] : 0.0f;
+}
+
+/* dh0 = dh * M(h0) (1 when h0 is NULL). */
+__global__ void dh0_kernel(const float *dh, const float *h0, qg_qp QH, int64_t n, float *dh0) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int m = 1;
+  if (h0) qg_quant_real((double)h0[i], QH, &m);
+  dh0[i] = dh[i] * (float)m;
+}
+
+/* Row-major C [m, n] = op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T),
+ * in the context's float math (strict fp32 or TF32). ta/tb: A is [k, m] / B is [n, k] (transposed). */
+static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          const float *B, float beta, float *Cm) {
+  if (m <= 0 || n <= 0) return QG_OK;
+  const float one = 1.0f;
+  const int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+  return qg_cublas_status(ctx, fn, cublasGemmEx(qg_cuda_blas(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
+                                                CUDA_R_32F, (int)n, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                                              const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_backward";
+  cudaStream_t st = qg_cuda_stream(ctx);
+  const qg_tensor *xq = saved->xq;
+  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N, NH = N * H;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  const int64_t chunks = (TN + BIAS_CHUNK - 1) / BIAS_CHUNK;
+
+  /* workspace floats: dp, dq, bcx, bcr [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
+   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: bias partial sums [chunks, 2, 3H] */
+  int64_t total = 0;
+  const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, TN * H3 * 4),
+                o_bcr = take(&total, TN * H3 * 4), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
+                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
+                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_part = take(&total, chunks * 2 * H3 * 8);
+  char *ws;
+  QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
+  float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
+  float *dh = (float *)(ws + o_dh), *dh_next = (float *)(ws + o_dhn);
+  float *Xf = (float *)(ws + o_Xf), *Hf = (float *)(ws + o_Hf), *tX = (float *)(ws + o_tX), *tW = (float *)(ws + o_tW),
+        *tR = (float *)(ws + o_tR);
+  double *part = (double *)(ws + o_part);
+
+  if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
+  if (NH > 0) {
+    if (dhn) QG_CUDA_CHECK(ctx, fn, cudaMemcpyAsync(dh, dhn->data, (size_t)NH * 4, cudaMemcpyDeviceToDevice, st));
+    else QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dh, 0, (size_t)NH * 4, st));
+  }
+  bwd_params bp;
+  memset(&bp, 0, sizeof bp);
+  bp.cell = *cq; bp.tb = g->bwd;
+  bp.T = T; bp.N = N; bp.H = H;
+  bp.L = lengths ? (const int64_t *)lengths->data : NULL;
+  bp.reverse = reverse ? 1 : 0;
+  bp.hq = (const int32_t *)saved->hq->data;
+  bp.cellp = (const uint8_t *)saved->cell->data;
+  bp.cb = qg_cell_bytes(cq->narrow);
+  bp.dy = dy ? (const float *)dy->data : NULL;
+  bp.Hy = dy ? dy->dims[2] : 0;
+  bp.y_offset = y_offset;
+  bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
+  for (int64_t s = T - 1; s >= 0 && NH > 0; s--) {
+    bwd_step_kernel<<<qg_cuda_blocks(NH, 128), 128, 0, st>>>(bp, s, dh, dh_next);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* dh_next += dq_s R~ */
+    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dq + s * N * H3, g->fq[QG_W_R], 1.0f, dh_next));
+    float *tmp = dh; dh = dh_next; dh_next = tmp;
+  }
+  if (TN > 0 && H3 > 0) {
+    bias_partial_kernel<<<dim3(qg_cuda_blocks(H3, 128), (unsigned)chunks), 128, 0, st>>>(bcx, bcr, T, N, H3, part);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  bias_final_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, TN > 0 ? chunks : 0, H3, g->mask[QG_W_BX], g->mask[QG_W_BR],
+                                                             (float *)dbx->data, (float *)dbr->data);
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+  if (dh0 && NH > 0) {
+    dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  if (TN > 0 && H > 0) {
+    deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
+    deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {
+      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
+      masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
+    }
+    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
+    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  return QG_OK;
+}

@@ -1,0 +1,372 @@
+-- cuda_int_gru_spec.lua: the integer GRU layer (qg_int_gru) on CUDA against the CPU backend and
+-- the independent Lua reference (tests/lua/qref.lua). For each case the quantizers come from a
+-- calibrated CPU model (mixed bitwidths 2..16, asymmetric and unsigned quantizers, odd sizes); the
+-- same C layer is then built on each device and driven through the C API directly:
+--   * forward: every saved byte (output.h codes of every step, the packed cell state with its mask
+--     bits, input.x codes and masks), y (with a column offset; the other columns untouched) and hn
+--     identical to the CPU's, with both GPU kernel paths forced in turn, with and without saved
+--     state, with h0, per-row lengths and both directions; the codes also equal qref's;
+--   * STE backward: every gradient within 1e-5 relative of the CPU's (accumulated onto non-zero
+--     gradients); the same forward and backward twice on the GPU: bit-identical;
+--   * calibration statistics observed on the GPU equal the CPU's and give identical (e, z) for
+--     every operator;
+--   * a forced persistent path on operands it cannot hold is a clear error; auto falls back.
+-- Tagged gpu: without a CUDA device the whole file is skipped with one pending line.
+local qgru = require("qgru")
+local clib = require("qgru.clib")
+local U = require("testutil")
+local R = require("qref")
+local nn, quant = qgru.nn, qgru.quant
+local Tensor = qgru.Tensor
+local ffi, lib = clib.ffi, clib.lib
+
+local function check(ctx, st) clib.check(ctx, st, 2) end
+local METHODS = { minmax = lib.QG_CALIB_MINMAX, histogram = lib.QG_CALIB_HISTOGRAM, mse = lib.QG_CALIB_MSE }
+
+-- ---- configurations ----
+local BITS = { 2, 4, 8, 12, 16 }
+local GEMM_OPS = { ["input.x"] = true, ["output.h"] = true, ["matmul.Wx"] = true, ["matmul.Rh"] = true,
+                   ["gate.z_pre"] = true, ["gate.r_pre"] = true, ["gate.g_pre"] = true, ["op.rRh"] = true }
+
+local function from_table(oc, name)
+  return quant.fromTable(qgru.json.decode(qgru.json.encode({ GRU_config = { operator_config = oc } })), name)
+end
+
+-- Random bitwidths and signedness for every operator (seeded Lua RNG); weights may be unsigned.
+local function random_config(seed)
+  math.randomseed(seed)
+  local oc = {}
+  for _, op in ipairs(quant.OPS) do
+    local e = {}
+    local w = op:match("^weight") ~= nil
+    e.bitwidth = BITS[math.random(#BITS)]
+    if w or GEMM_OPS[op] then e.bitwidth = math.max(e.bitwidth, 4) end
+    e.is_symmetric = w and (math.random() < 0.6) or (math.random() < 0.3)
+    e.is_unsigned = math.random() < (w and 0.2 or 0.25)
+    if op == "gate.z_out" or op == "gate.r_out" then e.is_unsigned = math.random() < 0.7 end
+    oc[op] = e
+  end
+  return from_table(oc, "random" .. seed)
+end
+
+-- Every operator at `bits`, with some entries overridden.
+local function uniform_config(bits, over, name)
+  local oc = {}
+  for _, op in ipairs(quant.OPS) do oc[op] = { bitwidth = bits } end
+  for op, e in pairs(over or {}) do oc[op] = e end
+  return from_table(oc, name)
+end
+
+-- A calibrated one-layer CPU GRU: its quantizers (LayerQuant) and weights (cpu tensors).
+local function calibrated(seed, cfg, T, N, C, H)
+  qgru.seed(seed)
+  local gru = nn.GRU(C, H)
+  for _, p in ipairs(gru:namedParameters()) do p.param:uniform(-0.7, 0.7) end
+  quant.prepare(gru, cfg)
+  local calib = {}
+  for i = 1, 2 do calib[i] = qgru.zeros({ T, N, C }):uniform(-1.5, 1.5) end
+  quant.calibrate(gru, calib, { method = "minmax", passes = 2 })
+  return gru.qstate.layers[0], gru.weights[0][0]
+end
+
+-- A C layer on device dev holding the quantizers of lq.
+local function layer_on(dev, lq, C, H)
+  local ctx = clib.context(dev)
+  local out = ffi.new("qg_int_gru*[1]")
+  check(ctx, lib.qg_int_gru_create(ctx, out, C, H))
+  local h = ffi.gc(out[0], lib.qg_int_gru_free)
+  for _, q in pairs(lq:quantizers()) do
+    if q.per_channel then
+      check(ctx, lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
+    else
+      check(ctx, lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
+    end
+  end
+  return h
+end
+
+local function copy_to(t, dev) return t and Tensor.new(t:shape(), t:dtype(), dev):copy(t) or nil end
+
+local function new_stats(dev)
+  local s = { range = Tensor.new({ lib.QG_Q_NUM_ACT, 4 }, "f64", dev),
+              counts = Tensor.new({ lib.QG_Q_NUM_ACT, lib.QG_STATS_BINS }, "i64", dev), c = ffi.new("qg_stats") }
+  s.c.range, s.c.counts = s.range.t, s.counts.t
+  return s
+end
+
+-- One forward of layer h on dev. inp: cpu tensors x, W, R, bx, br, h0 (or nil), L (or nil),
+-- reverse; train: keep the saved state; stats: from new_stats (or nil). y has H + 3 columns
+-- filled with 7 and gets the layer's output at columns [2, 2 + H).
+local function forward(dev, h, inp, train, stats)
+  local ctx = clib.context(dev)
+  local T, N, C = inp.x:size(1), inp.x:size(2), inp.x:size(3)
+  local H = inp.R:size(2)
+  local o = { dev = dev, reverse = inp.reverse, x = copy_to(inp.x, dev), W = copy_to(inp.W, dev), R = copy_to(inp.R, dev), bx = copy_to(inp.bx, dev),
+              br = copy_to(inp.br, dev), h0 = copy_to(inp.h0, dev), L = copy_to(inp.L, dev) }
+  o.y = Tensor.new({ T, N, H + 3 }, "f32", dev):fill(7)
+  o.hn = Tensor.new({ N, H }, "f32", dev)
+  local saved
+  if train then
+    o.hq = Tensor.new({ T + 1, N, H }, "i32", dev)
+    o.cell = Tensor.new({ T, N, H, lib.qg_int_gru_cell_bytes(h) }, "u8", dev)
+    o.xq = Tensor.new({ T, N, C }, "i32", dev)
+    o.xmask = Tensor.new({ T, N, C }, "u8", dev)
+    saved = ffi.new("qg_int_gru_saved")
+    saved.hq, saved.cell, saved.xq, saved.xmask = o.hq.t, o.cell.t, o.xq.t, o.xmask.t
+    o.saved = saved
+  end
+  check(ctx, lib.qg_int_gru_forward(ctx, h, o.y.t, 2, o.hn.t, saved, stats and stats.c or nil, o.x.t, o.W.t, o.R.t, o.bx.t,
+                                    o.br.t, o.h0 and o.h0.t or nil, o.L and o.L.t or nil, inp.reverse and 1 or 0))
+  return o
+end
+
+-- Backward after forward o; g0: cpu tensors the gradients start from (accumulation).
+local function backward(h, o, dy, dhn, g0)
+  local ctx = clib.context(o.dev)
+  local g = { dx = copy_to(g0.dx, o.dev), dW = copy_to(g0.dW, o.dev), dR = copy_to(g0.dR, o.dev), dbx = copy_to(g0.dbx, o.dev),
+              dbr = copy_to(g0.dbr, o.dev), dh0 = Tensor.new(dhn:shape(), "f32", o.dev):fill(5) }
+  local dyd, dhnd = copy_to(dy, o.dev), copy_to(dhn, o.dev)
+  check(ctx, lib.qg_int_gru_backward(ctx, h, g.dx.t, g.dW.t, g.dR.t, g.dbx.t, g.dbr.t, g.dh0.t, dyd.t, 2, dhnd.t, o.saved,
+                                     o.h0 and o.h0.t or nil, o.L and o.L.t or nil, o.reverse and 1 or 0))
+  return g
+end
+
+local function flat(t) return U.flatten(t:totable()) end
+
+-- Exactly equal contents (the first difference is named).
+local function same(a, b, what)
+  local fa, fb = flat(a), flat(b)
+  assert(#fa == #fb, what .. ": sizes differ")
+  for i = 1, #fa do
+    if fa[i] ~= fb[i] then error(string.format("%s: element %d differs: %s vs %s (CPU)", what, i, tostring(fa[i]), tostring(fb[i])), 2) end
+  end
+end
+
+local function with_path(path, fn)
+  qgru.setKernelPath(path)
+  local ok, err = pcall(fn)
+  qgru.setKernelPath("auto")
+  if not ok then error(err, 0) end
+end
+
+-- Inputs of a case (cpu tensors).
+local function inputs(c, w)
+  qgru.seed(100 + c.seed)
+  local inp = { x = qgru.zeros({ c.T, c.N, c.C }):uniform(-1.5, 1.5), W = w.W, R = w.R, bx = w.bx, br = w.br, reverse = c.reverse }
+  if c.h0 then inp.h0 = qgru.zeros({ c.N, c.H }):uniform(-0.8, 0.8) end
+  if c.lengths then
+    local l = {}
+    for n = 1, c.N do l[n] = ((n * 7 + c.seed) % c.T) + 1 end
+    l[1] = c.T
+    inp.L = Tensor.from(l, "i64")
+  end
+  return inp
+end
+
+-- The reference quantizers of qref from a LayerQuant.
+local function ref_quantizers(lq)
+  local A, Wq = {}, {}
+  for op, q in pairs(lq:quantizers()) do
+    local e, z = q:get()
+    if q.per_channel then
+      Wq[({ ["weight.W"] = "W", ["weight.R"] = "R", ["weight.bw"] = "bx", ["weight.br"] = "br" })[op]] =
+        { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
+    else
+      A[op] = { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
+    end
+  end
+  return A, Wq
+end
+
+local CASES = {
+  { seed = 1, T = 5, N = 3, C = 5, H = 7, h0 = true, qref = true },
+  { seed = 2, T = 4, N = 1, C = 1, H = 1, reverse = true, qref = true },
+  { seed = 3, T = 6, N = 17, C = 300, H = 130, h0 = true, lengths = true, reverse = true },
+  { seed = 4, T = 7, N = 17, C = 5, H = 130, lengths = true },
+  { seed = 5, T = 3, N = 3, C = 300, H = 7, reverse = true, qref = true },
+  { seed = 6, T = 8, N = 3, C = 1, H = 7, h0 = true, lengths = true },
+  { seed = 8, T = 5, N = 17, C = 5, H = 1, h0 = true, lengths = true, reverse = true },
+  { seed = 9, T = 4, N = 3, C = 5, H = 7, h0 = true, qref = true, name = "every operator 16-bit (two int8 planes per operand)",
+    cfg = function() return uniform_config(16, { ["gate.z_out"] = { bitwidth = 16, is_unsigned = true } }, "u16") end },
+  { seed = 10, T = 5, N = 3, C = 5, H = 7, h0 = true, lengths = true, qref = false,
+    name = "unsigned asymmetric weights and inputs, asymmetric output.h, 12-bit h with 4-bit R",
+    cfg = function()
+      return uniform_config(8, {
+        ["weight.W"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+        ["weight.R"] = { bitwidth = 4, is_symmetric = false, is_unsigned = true },
+        ["weight.bw"] = { bitwidth = 8, is_symmetric = false, is_unsigned = false },
+        ["input.x"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+        ["output.h"] = { bitwidth = 12, is_symmetric = false, is_unsigned = false },
+        ["op.rRh"] = { bitwidth = 20, is_symmetric = false },   -- the 128-bit cell
+      }, "asym")
+    end },
+  { seed = 11, T = 6, N = 3, C = 5, H = 130, lengths = true, reverse = true, name = "signed asymmetric 8-bit weights",
+    cfg = function()
+      return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false }, ["weight.R"] = { bitwidth = 8, is_symmetric = false } },
+                            "asym8")
+    end },
+}
+
+describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
+  if not qgru.cudaAvailable() then
+    it("skipped: no CUDA device (libqgru " .. (lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")",
+       function() pending("no CUDA device") end)
+    return
+  end
+
+  for _, c in ipairs(CASES) do
+    local label = string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s%s", c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "",
+                                c.lengths and " lengths" or "", c.reverse and " reverse" or "", c.name and (" (" .. c.name .. ")") or "")
+    it(label, function()
+      local lq, w = calibrated(c.seed, c.cfg and c.cfg() or random_config(c.seed), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, true)
+      local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, false)
+      same(ref_inf.y, ref.y, "CPU inference y vs training y")
+      if c.qref then   -- the CPU against the independent reference (no lengths there)
+        local A, Wq = ref_quantizers(lq)
+        local F = R.layer(A, Wq, { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }, inp.x:totable(),
+                          inp.h0 and inp.h0:totable() or nil, c.reverse)
+        local hq = ref.hq:totable()
+        for s = 0, c.T do
+          for n = 1, c.N do
+            for i = 1, c.H do
+              if hq[s + 1][n][i] ~= F.hq[s][n][i] then
+                error(string.format("step %d row %d unit %d: CPU code %d, reference %d", s, n, i, hq[s + 1][n][i], F.hq[s][n][i]))
+              end
+            end
+          end
+        end
+      end
+      for _, path in ipairs({ "fallback", "persistent" }) do
+        with_path(path, function()
+          local hg = layer_on("cuda", lq, c.C, c.H)
+          local o = forward("cuda", hg, inp, true)
+          for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], path .. " " .. k) end
+          local oi = forward("cuda", hg, inp, false)
+          same(oi.y, ref.y, path .. " inference y")
+          same(oi.hn, ref.hn, path .. " inference hn")
+        end)
+      end
+    end)
+  end
+
+  it("a forced persistent path on operands above 16 bits is a clear error; auto and fallback match the CPU", function()
+    local c = { seed = 12, T = 5, N = 3, C = 5, H = 7, h0 = true, lengths = true }
+    local cfg = uniform_config(8, { ["input.x"] = { bitwidth = 20, is_symmetric = false }, ["output.h"] = { bitwidth = 18, is_symmetric = false } },
+                               "wide")
+    local lq, w = calibrated(c.seed, cfg, c.T, c.N, c.C, c.H)
+    local inp = inputs(c, w)
+    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, true)
+    with_path("persistent", function()
+      assert.raises_match(function() forward("cuda", layer_on("cuda", lq, c.C, c.H), inp, true) end,
+                          "the persistent integer GRU kernel needs output.h and weight.R of at most 16 bits (got 18 and 8)")
+    end)
+    for _, path in ipairs({ "auto", "fallback" }) do
+      with_path(path, function()
+        local o = forward("cuda", layer_on("cuda", lq, c.C, c.H), inp, true)
+        for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], path .. " " .. k) end
+      end)
+    end
+  end)
+end)
+
+describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", function()
+  if not qgru.cudaAvailable() then
+    it("skipped: no CUDA device", function() pending("no CUDA device") end)
+    return
+  end
+
+  local BCASES = {
+    { seed = 21, T = 6, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true },
+    { seed = 22, T = 5, N = 17, C = 300, H = 130, h0 = true },
+    { seed = 23, T = 7, N = 1, C = 1, H = 1, lengths = true },
+  }
+  for _, c in ipairs(BCASES) do
+    it(string.format("seed %d: STE gradients within 1e-5 of the CPU's, both paths; the same run twice is bit-identical", c.seed), function()
+      local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      qgru.seed(300 + c.seed)
+      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
+      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
+                   dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
+                   dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+      local hc = layer_on("cpu", lq, c.C, c.H)
+      local ref = forward("cpu", hc, inp, true)
+      local gref = backward(hc, ref, dy, dhn, g0)
+      for _, path in ipairs({ "fallback", "persistent" }) do
+        with_path(path, function()
+          local hg = layer_on("cuda", lq, c.C, c.H)
+          local runs = {}
+          for r = 1, 2 do
+            local o = forward("cuda", hg, inp, true)
+            runs[r] = { o = o, g = backward(hg, o, dy, dhn, g0) }
+          end
+          for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+            local err = U.rel_err(flat(runs[1].g[k]), flat(gref[k]))
+            assert(err < 1e-5, string.format("%s %s: relative error %.3g vs the CPU", path, k, err))
+            same(runs[2].g[k], runs[1].g[k], path .. " second run " .. k)
+          end
+          for _, k in ipairs({ "hq", "cell", "y", "hn" }) do same(runs[2].o[k], runs[1].o[k], path .. " second run " .. k) end
+        end)
+      end
+    end)
+  end
+
+  it("calibration statistics observed on the GPU give the CPU's (e, z) for every operator, both paths", function()
+    local c = { seed = 31, T = 6, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }
+    local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
+    local inp = inputs(c, w)
+    local function observe(dev, h)
+      local ctx = clib.context(dev)
+      local st = new_stats(dev)
+      check(ctx, lib.qg_stats_reset(ctx, st.c))
+      forward(dev, h, inp, false, st)
+      check(ctx, lib.qg_stats_begin_histogram(ctx, st.c))
+      forward(dev, h, inp, true, st)
+      return st
+    end
+    local ref = observe("cpu", layer_on("cpu", lq, c.C, c.H))
+    local rr, rc = ref.range:totable(), ref.counts:totable()
+    for _, path in ipairs({ "fallback", "persistent" }) do
+      with_path(path, function()
+        local st = observe("cuda", layer_on("cuda", lq, c.C, c.H))
+        local gr, gc = st.range:totable(), st.counts:totable()
+        for op = 0, lib.QG_Q_NUM_ACT - 1 do
+          local name = ffi.string(lib.qg_act_name(op))
+          -- the real values before the fixed-range sigmoid / tanh outputs use each device's exp
+          -- and tanh (within an ulp); every other row is exact
+          local transc = op == lib.QG_Q_Z_OUT or op == lib.QG_Q_R_OUT or op == lib.QG_Q_G_OUT
+          for k = 1, 4 do
+            local a, b = gr[op + 1][k], rr[op + 1][k]
+            if transc then assert(math.abs(a - b) <= 1e-14 * math.max(1, math.abs(b)), path .. " " .. name .. " range")
+            else assert(a == b, string.format("%s %s range[%d]: %.17g vs %.17g (CPU)", path, name, k - 1, a, b)) end
+          end
+          local moved, total = 0, 0
+          for b = 1, lib.QG_STATS_BINS do
+            moved = moved + math.abs(gc[op + 1][b] - rc[op + 1][b])
+            total = total + rc[op + 1][b]
+          end
+          if transc then assert(moved <= 2 + total * 1e-4, path .. " " .. name .. " counts")
+          else assert(moved == 0, string.format("%s %s: %d counts differ from the CPU's", path, name, moved)) end
+          assert.is_true(total > 0, name)
+          for _, method in ipairs({ "histogram", "mse", "minmax" }) do
+            local q = lq.act[op + 1]
+            local function cal(dev, s)
+              local ctx = clib.context(dev)
+              local e, z, cost = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"), ffi.new("double[1]")
+              check(ctx, lib.qg_calibrate_row(ctx, e, z, cost, s.c, op, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0,
+                                              METHODS[method], 99.99))
+              return e[0], z[0]
+            end
+            local ge, gz = cal("cuda", st)
+            local re_, rz = cal("cpu", ref)
+            assert(ge == re_ and gz == rz, string.format("%s %s %s: (e, z) = (%d, %d) on the GPU, (%d, %d) on the CPU", path, name,
+                                                         method, ge, gz, re_, rz))
+          end
+        end
+      end)
+    end
+  end)
+end)
