@@ -6,9 +6,11 @@
 --   --mode mixed        lowers the least sensitive operators step by step while accuracy stays
 --                       within --tolerance points of float; writes mixed_config.json (the
 --                       seed's format, for recipes/qat.lua --config) and its average bits
--- Writes runs/<name>/ (default name sweep_<mode>): options.json, plan.json, log.txt,
--- points.jsonl (one line per finished point), results.jsonl, results.csv, results.md and SVG
--- plots (accuracy_vs_bits.svg, sensitivity.svg, mixed_path.svg).
+-- Writes runs/<name>/ (qgru.rundir: run.json, options.json, log.txt, metrics.json; the name is
+-- sweep plus the options that differ from their defaults, e.g. runs/sweep-mode=sensitivity,
+-- unless --name is given): plan.json, points.jsonl (one line per finished point), results.jsonl,
+-- results.csv, results.md and SVG plots (accuracy_vs_bits.svg, sensitivity.svg, mixed_path.svg;
+-- mixed: mixed_config.json). A finished run is not overwritten (--force moves it aside).
 -- Sharding (grid, sensitivity): --shard i/n runs points i, i+n, ... into
 -- runs/<name>/shard-<i>-of-<n>/; `--merge runs/<name>` (or --merge DIR...) joins the shards into
 -- the same result files as an unsharded run. --resume skips finished points.
@@ -16,11 +18,12 @@
 -- scripts/sweep_slurm.sh submits a Slurm job array and a merge job.
 --   ./qgru recipes/sweep.lua --mode grid --w_bits 4,8 --a_bits 6,8
 --   ./qgru recipes/sweep.lua --mode sensitivity --shard 2/4 --resume
---   ./qgru recipes/sweep.lua --merge runs/sweep_sensitivity
+--   ./qgru recipes/sweep.lua --merge runs/sweep-mode=sensitivity
 -- (recipes/compare.lua keeps the PTQ/QAT comparison table of fixed configs.)
 local qgru = require("qgru")
 local sweep = require("qgru.sweep")
 local quant, cli, zoo, train, optim, json, data, nn = qgru.quant, qgru.cli, qgru.zoo, qgru.train, qgru.optim, qgru.json, qgru.data, qgru.nn
+local rundir, progress = qgru.rundir, qgru.progress
 
 -- --merge takes one or more folders: take them out before the ordinary option parser.
 local args, merge_dirs = {}, nil
@@ -40,9 +43,8 @@ end
 
 local METHODS = { "minmax", "histogram", "mse", "percentile" }
 local BITS = { int = true, min = 1, max = 32 }
-local spec = {
+local spec = rundir.options({
   mode = { "grid", "grid | sensitivity | mixed", { choices = sweep.MODES } },
-  name = { "", "run name, folder under runs/ (default: sweep_<mode>)" },
   weights = { "runs/train_float/model.safetensors", "float checkpoint (recipes/train_float.lua)" },
   w_bits = { "2,3,4,6,8", "grid: weight bitwidths" },
   a_bits = { "4,6,8,10,12,16", "grid: activation bitwidths" },
@@ -64,13 +66,13 @@ local spec = {
   test_limit = { 0, "evaluate on the first N test images (0 = all)", { int = true, min = 0 } },
   seed = { 1, "seed (QAT data order)" },
   shard = { "", "run shard i of n (i/n, 1 <= i <= n): points i, i+n, ..." },
-  resume = { false, "continue the run: skip finished points" },
-  force = { false, "start the run again: an existing run folder is moved aside to <folder>.old-N (--merge: replaces the merged results)" },
   plan = { false, "print the run folder and the number of points, then exit" },
   threads = { 0, "BLAS threads (0 = OpenBLAS default)", { int = true, min = 0 } },
-  device = { "auto", "auto (cuda when it runs the quantized GRU, else cpu) | cpu | cuda", { choices = { "auto", "cpu", "cuda" } } },
   data_dir = { data.fashionMNISTDir(), "Fashion-MNIST folder (IDX .gz files)" },
-}
+}, { resume = true })
+spec.force[2] = "start again when the run folder holds a run (moved aside to <folder>.old-N); with --merge: replace the merged results"
+-- Options left out of the derived run name (they do not change the results, or name the shard).
+local NAME_IGNORE = { name = true, resume = true, force = true, threads = true, data_dir = true, device = true, shard = true, plan = true }
 local TITLE = "recipes/sweep.lua: bitwidth grid, sensitivity and mixed-precision sweeps\n" ..
               "  merge shards: recipes/sweep.lua --merge runs/<name> (or --merge DIR DIR ...) [--name OUT] [--force]"
 
@@ -111,14 +113,14 @@ local function units_of(a)
   return units, counts
 end
 
-local arch, run_dir, shard_i, shard_n
+local arch, run, shard_i, shard_n
 local opt = cli.main(args, spec, TITLE, function(o)
-  if o.name == "" then o.name = "sweep_" .. o.mode end
-  if o.resume and o.force then error("qgru: --resume and --force exclude each other", 0) end
+  if o.name == "" then o.name = rundir.deriveName("sweep", spec, o, NAME_IGNORE) end
   if merge_dirs then
     if #merge_dirs == 0 then error("qgru: --merge needs one or more run folders", 0) end
     return
   end
+  if o.resume ~= "" and o.force then error("qgru: --resume and --force exclude each other", 0) end
   shard_i, shard_n = sweep.parseShard(o.shard)
   if o.mode == "grid" then
     sweep.parseBits(o.w_bits, "w_bits")
@@ -134,18 +136,22 @@ local opt = cli.main(args, spec, TITLE, function(o)
   end
   if not zoo.exists(o.weights) then error("qgru: no float checkpoint at " .. o.weights .. " (option --weights; recipes/train_float.lua writes one)", 0) end
   arch = arch_of(o.weights)
-  run_dir = sweep.runDir(o.name, shard_i, shard_n)
-  if not o.plan then sweep.checkRunDir(run_dir, o) end
+  if o.plan then return end
+  -- the run folder: runs/<name>, or runs/<name>/shard-<i>-of-<n>; a finished run is not
+  -- overwritten, an unfinished one (points.jsonl) is continued with --resume only
+  local may_differ = {}
+  for k in pairs(sweep.FREE_OPTIONS) do may_differ[#may_differ + 1] = k end
+  run = rundir.prepare{ recipe = "sweep", spec = spec, opt = o, resume = o.resume, force = o.force,
+                        name = shard_n > 1 and string.format("shard-%d-of-%d", shard_i, shard_n) or o.name,
+                        root = shard_n > 1 and ("runs/" .. o.name) or "runs",
+                        may_differ = may_differ, checkpoints = { "points.jsonl" } }
 end)
 
 -- ---- --merge: shards -> one set of result files ------------------------------------------------
 if merge_dirs then
   local dirs = cli.guard(sweep.expandMergeDirs, merge_dirs)
   local o, plan, records = cli.guard(sweep.merge, dirs)
-  local name = opt.name
-  local given = false
-  for _, a in ipairs(args) do if a == "--name" or a:match("^%-%-name=") then given = true end end
-  if not given then name = o.name end
+  local name = cli.given(opt).name and opt.name or o.name
   local dir = sweep.runDir(name)
   cli.guard(function()
     if not opt.force and sweep.exists(dir .. "/results.md") then
@@ -187,38 +193,15 @@ if opt.plan then
 end
 
 -- ---- the run folder, data and model -------------------------------------------------------------
-local store = sweep.openRun(run_dir, opt, plan)
-local _, logf = zoo.run(run_dir:sub(#"runs/" + 1), opt.resume)
-local log = logf
-log("qgru " .. qgru.VERSION .. "  recipes/sweep.lua\n" .. cli.describe(opt))
-if store.dropped then log("resume: dropped an incomplete last line of points.jsonl") end
-if store.moved_aside then log("--force: the previous run was moved to " .. store.moved_aside) end
-if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
-
--- The device: cuda where the quantized GRU runs there, else the CPU.
-local function pick_device()
-  if opt.device == "cpu" then return "cpu" end
-  if not qgru.cudaAvailable() then
-    if opt.device == "cuda" then error("qgru: --device cuda: no CUDA device", 0) end
-    return "cpu", "no CUDA device"
-  end
-  local ok, err = pcall(function()
-    qgru.setDevice("cuda")
-    local m = build({ C = 4, H = 4, L = 1, dirs = 1, K = 2 })
-    quant.prepare(m, quant.uniform(8))
-    local x = qgru.randn({ 3, 2, 4 })
-    quant.calibrate(m, { x }, { passes = 2 })
-    m:forward(x)
-  end)
-  if ok then return "cuda" end
-  qgru.setDevice("cpu")
-  if opt.device == "cuda" then error("qgru: --device cuda: the quantized GRU does not run on this build's GPU: " .. tostring(err), 0) end
-  return "cpu", "the quantized GRU does not run on the GPU in this build (" .. tostring(err):sub(1, 120) .. ")"
-end
-local device, why = cli.guard(pick_device)
-qgru.setDevice(device)
-log("device: " .. device .. (why and ("  (" .. why .. ")") or ""))
+run:create()
+local run_dir = run.dir
+local function log(line) run:log(line) end
+local store = sweep.openStore(run_dir, plan)
+log("qgru " .. qgru.VERSION .. "  recipes/sweep.lua  ->  " .. run_dir .. "\n" .. cli.describe(opt))
+log(rundir.deviceLine())
 log("model: " .. model_text)
+if store.dropped then log("resume: dropped an incomplete last line of points.jsonl") end
+if opt.threads > 0 then qgru.setNumThreads(opt.threads) end
 
 local trainset, testset = zoo.fmnist({ dir = opt.data_dir, train_limit = opt.train_limit > 0 and opt.train_limit or nil,
                                        test_limit = opt.test_limit > 0 and opt.test_limit or nil })
@@ -274,11 +257,14 @@ local function fmt_rec(r)
 end
 
 local t_all = qgru.wallTime()
-local spent, ran = 0, 0
-local function progress(k, n, p, rec, secs)
+local spent, ran, bar = 0, 0, nil
+-- After each point: a plain line (log.txt, and stdout above the bar), and the bar on a terminal.
+local function on_point(k, n, p, rec, secs)
   spent, ran = spent + secs, ran + 1
   local eta = (n - k) * spent / ran
   log(string.format("[%d/%d] %s: %s  (%.1f s, about %.0f s left)", k, n, p.key, fmt_rec(rec), secs, eta))
+  bar = bar or progress.new{ total = n, label = opt.mode }
+  bar:update(k, p.key)
 end
 
 if opt.mode ~= "mixed" then
@@ -287,12 +273,14 @@ if opt.mode ~= "mixed" then
   for _, p in ipairs(mine) do if not store.done[p.key] then pending = pending + 1 end end
   log(string.format("%s sweep: %d points%s; %d to run, %d finished before", opt.mode, #points,
     shard_n > 1 and string.format(", shard %d/%d holds %d", shard_i, shard_n, #mine) or "", pending, #mine - pending))
-  local nrun = sweep.runPoints(store, mine, evaluate_point, progress, qgru.wallTime)
+  local nrun = sweep.runPoints(store, mine, evaluate_point, on_point, qgru.wallTime)
+  if bar then bar:done() end
   store:close()
   log(string.format("ran %d point(s) in %.1f s", nrun, qgru.wallTime() - t_all))
   if shard_n > 1 then
     log(string.format("shard %d/%d finished: %s/points.jsonl; join the shards with ./qgru recipes/sweep.lua --merge %s", shard_i, shard_n,
       run_dir, sweep.runDir(opt.name)))
+    run:finish(json.object("recipe", "sweep", "mode", opt.mode, "shard", opt.shard, "points", #mine, "ran", nrun))
     os.exit(0)
   end
 else
@@ -328,8 +316,13 @@ else
     100 * search.acc, 100 * float_rec.acc, wb, 100 * (1 - wb / 8), ab))
 end
 
-local files = sweep.writeResults(run_dir, opt, plan, store.records)
+local files, mixed = sweep.writeResults(run_dir, opt, plan, store.records)
 log(string.format("done in %.0f s: %s/{%s}", qgru.wallTime() - t_all, run_dir, table.concat(files, ", ")))
 local f = io.open(run_dir .. "/results.md", "rb")
 log(f:read("*a"))
 f:close()
+local wb, ab
+if mixed then wb, ab = sweep.averageBits(mixed.bits, counts) end
+local summary = json.object("recipe", "sweep", "mode", opt.mode, "points", #store.records, "float_acc", store.done.float.acc,
+  "acc", mixed and mixed.acc or nil, "weight_bits", wb, "act_bits", ab, "files", json.array(files))
+run:finish(summary)

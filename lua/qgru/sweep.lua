@@ -4,16 +4,16 @@
 --     one unit, an operator of one layer and direction, lowered at a time); every mode starts
 --     with the float point;
 --   * sharding: point p (1-based) belongs to shard ((p - 1) mod n) + 1 of --shard i/n;
---   * a run directory store: options.json, plan.json and points.jsonl (one JSON line per
---     finished point, appended and flushed), resume, merge of shard directories;
+--   * a store in a run folder: plan.json and points.jsonl (one JSON line per finished point,
+--     appended and flushed; a resumed run reads it back), and the merge of shard folders;
 --   * the mixed-precision search (greedy, least sensitive operator first), replayable from its
 --     recorded evaluations;
 --   * the result files: results.jsonl, results.csv, results.md, SVG plots (qgru.plot) and, for
 --     mixed, mixed_config.json in the seed's format. They depend only on the result-defining
 --     options, the plan and the point records, so a merged sharded run writes the same bytes as
 --     an unsharded one (no times, dates, shard numbers or paths in them).
--- Run directory handling (sweep.checkRunDir / sweep.openRun) is kept in one place here so that it
--- can move onto a shared run-directory module without touching the rest.
+-- The run folders themselves (names, finished runs never overwritten, --resume, --force, locks,
+-- options.json, log.txt) are qgru.rundir's; recipes/sweep.lua uses it.
 local json = require("qgru.json")
 local config = require("qgru.quant.config")
 local plot = require("qgru.plot")
@@ -233,80 +233,31 @@ local function read_json_plain(path)
   return plain(v)
 end
 
--- Checks, before anything is written, that dir may take a run with these options:
--- a new or empty folder; with resume, a folder of the same sweep (result options equal); with
--- force, any folder (an existing run is moved aside). Raises "qgru: ..." otherwise.
-function sweep.checkRunDir(dir, opt)
-  if opt.force then return end
-  local has_points = sweep.exists(dir .. "/points.jsonl")
-  local has_opts = sweep.exists(dir .. "/options.json")
-  if not has_points and not has_opts then
-    if sweep.exists(dir .. "/results.md") then
-      fail("%s already holds results: --force moves them aside, or choose another --name", dir)
-    end
-    return
-  end
-  if not opt.resume then
-    fail("%s already holds a sweep: --resume continues it, --force starts it again (the old run is moved aside), or choose another --name", dir)
-  end
-  if has_opts then
-    local saved = read_json_plain(dir .. "/options.json")
-    local d = options_diff(saved, opt)
-    if #d > 0 then
-      fail("cannot resume %s with other options (%s); use the same options, --force, or another --name", dir, table.concat(d, "; "))
-    end
-  end
-end
-
--- Moves an existing run folder aside to <dir>.old-<k> (the first free k); returns the new path
--- or nil when there was nothing to move.
-function sweep.moveAside(dir)
-  local used = false
-  for _, f in ipairs({ "options.json", "points.jsonl", "results.md", "log.txt", "plan.json" }) do
-    if sweep.exists(dir .. "/" .. f) then used = true end
-  end
-  if not used then return nil end
-  for k = 1, 100000 do
-    local dst = string.format("%s.old-%d", dir, k)
-    if not sweep.exists(dst) and not sweep.exists(dst .. "/options.json") and not sweep.exists(dst .. "/log.txt") then
-      local ok, err = os.rename(dir, dst)
-      if not ok then fail("cannot move %s aside to %s: %s", dir, dst, tostring(err)) end
-      return dst
-    end
-  end
-  fail("cannot move %s aside: no free name", dir)
-end
-
--- Store of a run folder: creates it, writes options.json and plan.json, loads the finished
--- points (resume) and appends new ones. store.done[key] = record.
+-- The store of a run folder (created by the caller): writes plan.json, reads the points that
+-- points.jsonl holds already (a resumed run; a last line cut short by a kill is dropped and the
+-- file rewritten without it), and appends new ones. store.done[key] = record; store.resumed =
+-- the number read back; store.dropped = the dropped text, if any.
 local Store = {}
 Store.__index = Store
 
-function sweep.openRun(dir, opt, plan)
-  sweep.checkRunDir(dir, opt)
-  local moved = opt.force and sweep.moveAside(dir) or nil
+function sweep.openStore(dir, plan)
   serialize.mkdir(dir)
-  local self = setmetatable({ dir = dir, done = {}, records = {}, resumed = 0, moved_aside = moved }, Store)
-  if opt.resume and not opt.force then
-    local recs, dropped = sweep.readRecords(dir .. "/points.jsonl")
-    if recs then
-      for _, r in ipairs(recs) do
-        if not self.done[r.key] then self.records[#self.records + 1] = r end
-        self.done[r.key] = r
-      end
-      self.resumed = #self.records
-      self.dropped = dropped
-      if dropped then   -- rewrite without the cut-off line
-        local f = assert(io.open(dir .. "/points.jsonl.tmp", "wb"))
-        for _, r in ipairs(self.records) do f:write(sweep.encodeRecord(r), "\n") end
-        f:close()
-        assert(os.rename(dir .. "/points.jsonl.tmp", dir .. "/points.jsonl"))
-      end
+  local self = setmetatable({ dir = dir, done = {}, records = {}, resumed = 0 }, Store)
+  local recs, dropped = sweep.readRecords(dir .. "/points.jsonl")
+  if recs then
+    for _, r in ipairs(recs) do
+      if not self.done[r.key] then self.records[#self.records + 1] = r end
+      self.done[r.key] = r
+    end
+    self.resumed = #self.records
+    self.dropped = dropped
+    if dropped then
+      local f = assert(io.open(dir .. "/points.jsonl.tmp", "wb"))
+      for _, r in ipairs(self.records) do f:write(sweep.encodeRecord(r), "\n") end
+      f:close()
+      assert(os.rename(dir .. "/points.jsonl.tmp", dir .. "/points.jsonl"))
     end
   end
-  local o = copy(opt)
-  o.shard = opt.shard or ""
-  json.write(dir .. "/options.json", o)
   json.write(dir .. "/plan.json", plan)
   self.f = assert(io.open(dir .. "/points.jsonl", "ab"))
   return self

@@ -19,7 +19,7 @@ local function exists(path) local f = io.open(path, "rb"); if f then f:close() e
 -- Options of a stub grid sweep (the result-defining ones the writers read).
 local function grid_opts(extra)
   local o = { mode = "grid", w_bits = "2,4,8", a_bits = "4,8", qat = 0, lr = 2e-4, method = "histogram", weight_method = "minmax",
-              passes = 2, calib_batches = 8, calib_batch_size = 256, name = "g", shard = "", resume = false, force = false }
+              passes = 2, calib_batches = 8, calib_batch_size = 256, name = "g", shard = "", resume = "", force = false }
   for k, v in pairs(extra or {}) do o[k] = v end
   return o
 end
@@ -30,8 +30,15 @@ local function stub_grid(p)
   return { ptq_acc = 0.9 - 0.01 / p.weight_bits - 0.02 / p.act_bits }
 end
 
+-- A run folder as recipes/sweep.lua leaves it (qgru.rundir writes options.json there).
+local function open_store(dir, opt, plan)
+  local store = sweep.openStore(dir, plan)
+  json.write(dir .. "/options.json", opt)
+  return store
+end
+
 local function run_sweep(dir, opt, points, evaluate, shard_i, shard_n, plan)
-  local store = sweep.openRun(dir, opt, plan)
+  local store = open_store(dir, opt, plan)
   local ran = sweep.runPoints(store, sweep.slice(points, shard_i or 1, shard_n or 1), evaluate)
   store:close()
   return store, ran
@@ -117,27 +124,17 @@ describe("sweep run folders", function()
     assert.is_false(ok)
     -- a write cut short leaves half a line: it is dropped on resume
     local f = assert(io.open(dir .. "/points.jsonl", "ab")); f:write('{"index":5,"key":"w4a4","ki'); f:close()
-    -- without --resume the folder is refused
-    assert.raises_match(function() sweep.openRun(dir, grid_opts(), plan) end, "already holds a sweep: --resume continues it")
-    -- resume with other options is refused, naming them
-    assert.raises_match(function() sweep.openRun(dir, grid_opts({ resume = true, passes = 1 }), plan) end, "passes: 2 vs 1")
     calls = 0
-    local store, ran = run_sweep(dir, grid_opts({ resume = true, threads = 4 }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
+    local store, ran = run_sweep(dir, grid_opts({ resume = "true", threads = 4 }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
     assert.are.equal(#pts - 3, calls)
     assert.are.equal(#pts - 3, ran)
     assert.are.equal(3, store.resumed)
     assert.is_truthy(store.dropped)
     -- a second resume runs nothing
     calls = 0
-    run_sweep(dir, grid_opts({ resume = true }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
+    run_sweep(dir, grid_opts({ resume = "true" }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
     assert.are.equal(0, calls)
     assert.are.equal(read(full .. "/points.jsonl"), read(dir .. "/points.jsonl"))
-    -- force starts again, the old run moved aside
-    calls = 0
-    local st2 = run_sweep(dir, grid_opts({ force = true }), pts, function(p) calls = calls + 1; return stub_grid(p) end, 1, 1, plan)
-    assert.are.equal(#pts, calls)
-    assert.are.equal(dir .. ".old-1", st2.moved_aside)
-    assert.are.equal(read(full .. "/points.jsonl"), read(dir .. ".old-1/points.jsonl"))
   end)
 
   it("merged shards write the same result files as an unsharded run; incomplete or mixed shards are refused", function()
@@ -166,7 +163,7 @@ describe("sweep run folders", function()
     local part = root .. "/part"
     for i = 1, 2 do
       local d = part .. "/shard-" .. i .. "-of-2"
-      local store = sweep.openRun(d, grid_opts({ shard = i .. "/2" }), plan)
+      local store = open_store(d, grid_opts({ shard = i .. "/2" }), plan)
       local mine = sweep.slice(pts, i, 2)
       if i == 2 then mine = { mine[1] } end
       sweep.runPoints(store, mine, stub_grid)
@@ -175,7 +172,7 @@ describe("sweep run folders", function()
     assert.raises_match(function() sweep.merge(sweep.expandMergeDirs({ part })) end, "2 point(s) have no result")
     -- shards of another sweep
     local other = root .. "/other"
-    sweep.openRun(other .. "/shard-1-of-2", grid_opts({ shard = "1/2", passes = 1 }), plan):close()
+    open_store(other .. "/shard-1-of-2", grid_opts({ shard = "1/2", passes = 1 }), plan):close()
     assert.raises_match(function() sweep.merge({ other .. "/shard-1-of-2", part .. "/shard-2-of-2" }) end, "runs of different sweeps (passes: 1 vs 2)")
   end)
 
@@ -315,7 +312,7 @@ describe("mixed-precision search", function()
     local evaluate = stub_mixed()
     local dir = U.tmpname("_mixed")
     local plan = { mode = "mixed", model = "stub", param_counts = COUNTS }
-    local store = sweep.openRun(dir, MIXED_OPTS, plan)
+    local store = open_store(dir, MIXED_OPTS, plan)
     store:add({ index = 1, key = "float", kind = "float", acc = 0.90 })
     local n = 1
     sweep.mixedSearch(sweep.mixedOptions(MIXED_OPTS, plan, 0.90, function(bits)
@@ -380,7 +377,7 @@ describe("SVG plots", function()
     local pts = sweep.gridPoints({ 2, 4, 8 }, { 4, 6, 8, 16 })
     local plan = { mode = "grid", model = "stub", points = {} }
     local o = grid_opts({ qat = 1 })
-    local st = sweep.openRun(dir .. "/g", o, plan)
+    local st = open_store(dir .. "/g", o, plan)
     sweep.runPoints(st, pts, function(p)
       local r = stub_grid(p)
       if r.ptq_acc then r.qat_acc = r.ptq_acc + 0.002 end
@@ -393,14 +390,14 @@ describe("SVG plots", function()
     local units = {}
     for i = 1, 5 do units[i] = { name = "1.l0.fwd." .. OPS[i], layer = 0, direction = "fwd", op = OPS[i] } end
     local spts = sweep.sensitivityPoints(units, 8, 4)
-    local ss = sweep.openRun(dir .. "/s", so, plan)
+    local ss = open_store(dir .. "/s", so, plan)
     sweep.runPoints(ss, spts, function(p) return { acc = p.kind == "unit" and 0.9 - 0.001 * p.index or 0.9 } end)
     ss:close()
     sweep.writeResults(dir .. "/s", so, plan, ss.records)
     files[2] = { dir .. "/s/sensitivity.svg", 0, 5 }
     -- the mixed path: 21 steps, base point + 5 kept on the "kept" line, 16 rejected crosses
     local evaluate = stub_mixed()
-    local ms = sweep.openRun(dir .. "/m", MIXED_OPTS, { param_counts = COUNTS })
+    local ms = open_store(dir .. "/m", MIXED_OPTS, { param_counts = COUNTS })
     ms:add({ index = 1, key = "float", kind = "float", acc = 0.90 })
     local n = 1
     sweep.mixedSearch(sweep.mixedOptions(MIXED_OPTS, { param_counts = COUNTS }, 0.90, function(bits)
