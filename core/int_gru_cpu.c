@@ -191,6 +191,205 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int6
   }
 }
 
+/* ---- the 32-bit forward ---------------------------------------------------------------------
+ * For layers within the 32-bit cell's bounds (qg_cell32_setup, qg_cell32_unit) and no observer:
+ * the W x accumulators stay float32 (exact integers) and are requantized inside the cell, per
+ * step the R h GEMM of a thread's rows and one vectorized pass over each row's units. */
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define QG_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define QG_CLONES
+#endif
+#if defined(__GNUC__)
+#define QG_INLINE static inline __attribute__((always_inline))
+#else
+#define QG_INLINE static inline
+#endif
+
+/* quant of n values of x to q: codes, masks and the centered codes as floats (GEMM operand).
+ * x 2^e is exact in double, so this is qg_quant_real element for element. */
+QG_CLONES static void quantize_codes(const float *x, int64_t n, qg_qp q, int32_t *restrict codes, uint8_t *restrict mask,
+                                     float *restrict xc) {
+  const double sc = ldexp(1.0, q.e), lo = (double)q.qmin, hi = (double)q.qmax, z = (double)q.z;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = nearbyint((double)x[i] * sc) + z;
+    const int m = (r >= lo) & (r <= hi);
+    double c = r < lo ? lo : (r > hi ? hi : r);
+    c = c == c ? c : z;   /* NaN: the code of zero */
+    codes[i] = (int32_t)c;
+    mask[i] = (uint8_t)m;
+    if (xc) xc[i] = (float)(c - z);
+  }
+}
+
+/* One row's units at one step. train: also the saved state (qg_cell_narrow_words, 3 words a unit). */
+QG_INLINE void cell32_row_body(const qg_cell32 *c, const qg_cell_q *q, const float *restrict aw, const float *restrict ar,
+                               const int32_t *restrict hprev, int32_t *restrict hnext, float *restrict y, float yscale,
+                               uint32_t *restrict rec, const int train) {
+  const int64_t H = c->H;
+  QG_PRAGMA(omp simd)
+  for (int64_t i = 0; i < H; i++) {
+    qg_cell32_out o;
+    qg_cell32_forward(c, i, (int32_t)aw[i], (int32_t)aw[H + i], (int32_t)aw[2 * H + i], (int32_t)ar[i], (int32_t)ar[H + i],
+                      (int32_t)ar[2 * H + i], hprev[i], &o);
+    hnext[i] = o.h;
+    y[i] = (float)(o.h - c->h.z) * yscale;
+    if (train) qg_cell_narrow_words(q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, rec + 3 * i);
+  }
+}
+
+QG_CLONES static void cell32_row_train(const qg_cell32 *c, const qg_cell_q *q, const float *aw, const float *ar,
+                                       const int32_t *hprev, int32_t *hnext, float *y, float yscale, uint32_t *rec) {
+  cell32_row_body(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1);
+}
+
+QG_CLONES static void cell32_row_infer(const qg_cell32 *c, const float *aw, const float *ar, const int32_t *hprev,
+                                       int32_t *hnext, float *y, float yscale) {
+  cell32_row_body(c, NULL, aw, ar, hprev, hnext, y, yscale, NULL, 0);
+}
+
+/* The time loop of the 32-bit forward for rows [n0, n1). hq(s) = hqp + (s % hq_ring) N H: all
+ * T + 1 states when training, two alternating ones at inference. */
+static void forward32_rows(const qg_int_gru *g, const qg_cell32 *c, int64_t T, int64_t N, int64_t n0, int64_t n1,
+                           const int64_t *L, int reverse, const float *xp, int32_t *xcodes, uint8_t *xmask, float *Xf,
+                           const float *Wf, float *accWx, int32_t *hqp, int64_t hq_ring, float *yp, int64_t Hy, int y_offset,
+                           uint8_t *cellp, int cb, float *Hf, const float *Rf, float *accRh, int32_t *sv) {
+  const int64_t H = g->H, H3 = 3 * H, C = g->C;
+  const qg_cell_q *cq = &g->cell;
+  const int32_t zh = c->h.z;
+  const float yscale = (float)ldexp(1.0, -cq->a[QG_Q_OUTPUT_H].e);
+  /* input.x codes and the W x accumulators of these rows at every time step */
+  for (int64_t t = 0; t < T && n1 > n0; t++) {
+    const int64_t r0 = t * N + n0;
+    quantize_codes(xp + r0 * C, (n1 - n0) * C, cq->a[QG_Q_INPUT_X], xcodes + r0 * C, xmask + r0 * C, Xf + r0 * C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(n1 - n0), (int)H3, (int)C, 1.0f, Xf + r0 * C, (int)C, Wf, (int)C,
+                0.0f, accWx + r0 * H3, (int)H3);
+  }
+  for (int64_t s = 0; s < T; s++) {
+    const int32_t *hprev = hqp + (s % hq_ring) * N * H;
+    int32_t *hnext = hqp + ((s + 1) % hq_ring) * N * H;
+    for (int64_t i = n0 * H; i < n1 * H; i++) Hf[i] = (float)(hprev[i] - zh);
+    if (n1 > n0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(n1 - n0), (int)H3, (int)H, 1.0f, Hf + n0 * H, (int)H, Rf,
+                  (int)H, 0.0f, accRh + n0 * H3, (int)H3);
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t Ln = length_of(L, n, T);
+      if (s >= Ln) {   /* padded step: the state stays */
+        memcpy(hnext + n * H, hprev + n * H, (size_t)H * sizeof(int32_t));
+        if (cellp) memset(cellp + (s * N + n) * H * cb, 0, (size_t)(H * cb));
+        continue;
+      }
+      const int64_t t = reverse ? Ln - 1 - s : s;
+      const float *aw = accWx + (t * N + n) * H3, *ar = accRh + n * H3;
+      float *y = yp + (t * N + n) * Hy + y_offset;
+      if (cellp) {   /* narrow: 12 bytes a unit, 4-byte aligned */
+        cell32_row_train(c, cq, aw, ar, hprev + n * H, hnext + n * H, y, yscale, (uint32_t *)(cellp + (s * N + n) * H * cb));
+      } else {
+        cell32_row_infer(c, aw, ar, hprev + n * H, hnext + n * H, y, yscale);
+      }
+    }
+  }
+}
+
+/* The per-unit rows of the 32-bit cell for this layer's quantizers and bias codes; 0 when a
+ * bound fails (then the general cell runs). */
+static int cell32_prepare(const qg_int_gru *g, qg_cell32 *c, int32_t *P, int gemm_exact) {
+  const int64_t H = g->H;
+  if (!qg_cell32_setup(c, &g->cell, gemm_exact)) return 0;
+  c->P = P;
+  c->H = H;
+  for (int64_t i = 0; i < H; i++) {
+    int ew[3], er[3], ebx[3], ebr[3];
+    int64_t bx[3], br[3];
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      ew[k] = g->w_exp[QG_W_W][j]; er[k] = g->w_exp[QG_W_R][j];
+      ebx[k] = g->w_exp[QG_W_BX][j]; ebr[k] = g->w_exp[QG_W_BR][j];
+      bx[k] = (int64_t)g->codes[QG_W_BX][j] - g->w_zp[QG_W_BX][j];
+      br[k] = (int64_t)g->codes[QG_W_BR][j] - g->w_zp[QG_W_BR][j];
+    }
+    if (!qg_cell32_unit(P, H, i, &g->cell, ew, er, bx, ebx, br, ebr)) return 0;
+  }
+  return 1;
+}
+
+/* The 32-bit forward; returns 0 (having written nothing) when the layer is outside its bounds. */
+static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn, const qg_int_gru_saved *saved,
+                     const qg_tensor *x, const qg_tensor *h0, const qg_tensor *lengths, int reverse, qg_status *st) {
+  const char *fn = "qg_int_gru_forward";
+  const int64_t T = x->dims[0], N = x->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
+  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  *st = QG_OK;
+  const gemm_mode gwx = gemm_mode_of(g->act[QG_Q_INPUT_X].bitwidth, g->act[QG_Q_INPUT_X].is_unsigned, QX.z, g->w_bits[QG_W_W],
+                                     g->w_unsigned[QG_W_W], g->w_zp_host[QG_W_W], H3, C);
+  const gemm_mode grh = gemm_mode_of(g->act[QG_Q_OUTPUT_H].bitwidth, g->act[QG_Q_OUTPUT_H].is_unsigned, QH.z, g->w_bits[QG_W_R],
+                                     g->w_unsigned[QG_W_R], g->w_zp_host[QG_W_R], H3, H);
+  if (!gwx.use_f32 || !grh.use_f32 || C < 1 || H < 1) return 0;
+  const int nt = qg_cpu_row_threads(N);
+  /* workspace: int32 P [51, H], hq [2, N, H] at inference, xq [TN, C] at inference, per-thread
+   * [5, H]; floats Xf [TN, C], Wf [3H, C], Rf [3H, H], accWx [TN, 3H], Hf [N, H], accRh [N, 3H];
+   * bytes xmask [TN, C] at inference */
+  const int64_t ni = QG_C32_ROWS * H + (saved ? 0 : 2 * N * H + TN * C) + nt * 5 * H;
+  const int64_t nf = TN * C + H3 * C + H3 * H + TN * H3 + N * H + N * H3;
+  const int64_t nb = saved ? 0 : TN * C;
+  char *ws;
+  *st = qg_workspace(ctx, fn, ni * 4 + nf * 4 + nb + 256, (void **)&ws);
+  if (*st != QG_OK) return 1;
+  float *Xf = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), *Wf = Xf + TN * C, *Rf = Wf + H3 * C, *accWx = Rf + H3 * H;
+  float *Hf = accWx + TN * H3, *accRh = Hf + N * H;
+  int32_t *P = (int32_t *)(accRh + N * H3), *scratch = P + QG_C32_ROWS * H;
+  int32_t *hqp = saved ? (int32_t *)saved->hq->data : scratch + nt * 5 * H;
+  int32_t *xcodes = saved ? (int32_t *)saved->xq->data : scratch + nt * 5 * H + 2 * N * H;
+  uint8_t *xmask = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(scratch + nt * 5 * H + 2 * N * H + TN * C);
+  qg_cell32 c;
+  if (!cell32_prepare(g, &c, P, 1)) return 0;
+  /* 1. centered weight codes (x is quantized and W x multiplied per thread, for its rows) */
+  const float *xp = (const float *)x->data;
+  const int32_t *Wq = g->codes[QG_W_W], *Rq = g->codes[QG_W_R];
+  for (int64_t j = 0; j < H3; j++) {
+    const int32_t zw = g->w_zp[QG_W_W][j], zr = g->w_zp[QG_W_R][j];
+    for (int64_t k = 0; k < C; k++) Wf[j * C + k] = (float)(Wq[j * C + k] - zw);
+    for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rq[j * H + k] - zr);
+  }
+  /* 3. h0 */
+  for (int64_t i = 0; i < N * H; i++) {
+    int m;
+    hqp[i] = (int32_t)qg_quant_real(h0 ? (double)((const float *)h0->data)[i] : 0.0, QH, &m);
+  }
+  /* 4. padded time steps give zero output */
+  float *yp = (float *)y->data;
+  const int64_t Hy = y->dims[2];
+  if (L)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t t = L[n]; t < T; t++) memset(yp + (t * N + n) * Hy + y_offset, 0, (size_t)H * sizeof(float));
+  /* 5. the steps, rows split over the threads */
+  uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
+  const int cb = qg_cell_bytes(cq->narrow);
+  const int64_t ring = saved ? T + 1 : 2;
+  if (nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(nt)) {
+      const int k = QG_THREAD_NUM();
+      forward32_rows(g, &c, T, N, qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), L, reverse, xp, xcodes, xmask, Xf, Wf, accWx,
+                     hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRh, scratch + k * 5 * H);
+    }
+    openblas_set_num_threads(blas);
+  } else {
+    forward32_rows(g, &c, T, N, 0, N, L, reverse, xp, xcodes, xmask, Xf, Wf, accWx, hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf,
+                   accRh, scratch);
+  }
+  if (hn) {
+    float *o = (float *)hn->data;
+    const int32_t *last = hqp + (T % ring) * N * H;
+    for (int64_t i = 0; i < N * H; i++) o[i] = (float)qg_deq(last[i], QH);
+  }
+  return 1;
+}
+
 qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
                                  const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                                  const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
@@ -200,6 +399,10 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
   const qg_cell_q *cq = &g->cell;
   const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H], QWX = cq->a[QG_Q_MATMUL_WX];
   const int observing = stats != NULL;
+  if (!observing) {
+    qg_status fst;
+    if (forward32(ctx, g, y, y_offset, hn, saved, x, h0, lengths, reverse, &fst)) return fst;
+  }
   stat_rows st = {observing ? (double *)stats->range->data : NULL, observing ? (int64_t *)stats->counts->data : NULL};
 
   /* workspace: doubles Xc [TN, C], Wc [3H, C], Rc [3H, H], accWx [TN, 3H], Hc [N, H], accRh [N, 3H];
@@ -365,6 +568,90 @@ static float *backward_rows(const qg_int_gru *g, int64_t T, int64_t N, int64_t n
   return dh;
 }
 
+/* ---- the vectorized STE backward ----------------------------------------------------------
+ * For narrow saved states with tables (every layer the 32-bit forward runs, and more): per step
+ * and row one pass over the units (qg_cell_backward_values, vectorized), the bias gradients
+ * accumulated per row in double (acc [N, 4H]: z, r, g pre-activations and Rh_g + br_g), summed
+ * over rows in row order afterwards, so no sum depends on the thread split. */
+
+typedef struct {
+  const float *val[3], *der[3];
+  double sh, srh;          /* 2^-e of output.h and matmul.Rh */
+  int32_t zh, zrh, rh_qmin;
+} ste_consts;
+
+QG_INLINE void ste_row_body(const ste_consts *k, int64_t H, const uint32_t *restrict rec, const int32_t *restrict hprev,
+                            const float *restrict dh, const float *restrict dy, float *restrict dp, float *restrict dq,
+                            double *restrict acc, float *restrict dh_next, const int has_dy) {
+  QG_PRAGMA(omp simd)
+  for (int64_t i = 0; i < H; i++) {
+    const uint32_t w0 = rec[3 * i], w1 = rec[3 * i + 1], mk = rec[3 * i + 2];
+    const uint32_t iz = w0 & 0xFFFFu, ir = w0 >> 16, ig = w1 & 0xFFFFu;
+    const int32_t rhb_code = (int32_t)(w1 >> 16) + k->rh_qmin;
+    const float hp = (float)((double)(hprev[i] - k->zh) * k->sh);
+    const float rhb = (float)((double)(rhb_code - k->zrh) * k->srh);
+    const float dH = dh[i] + (has_dy ? dy[i] : 0.0f);
+    qg_cell_grad gr;
+    qg_cell_backward_values(mk, k->val[0][iz], k->val[1][ir], k->val[2][ig], k->der[0][iz], k->der[1][ir], k->der[2][ig], hp, rhb,
+                            dH, &gr);
+    dp[i] = gr.dp[0]; dp[H + i] = gr.dp[1]; dp[2 * H + i] = gr.dp[2];
+    dq[i] = gr.dq[0]; dq[H + i] = gr.dq[1]; dq[2 * H + i] = gr.dq[2];
+    acc[i] += (double)gr.dbx[0]; acc[H + i] += (double)gr.dbx[1]; acc[2 * H + i] += (double)gr.dbx[2];
+    acc[3 * H + i] += (double)gr.dbr[2];
+    dh_next[i] = gr.dhprev;
+  }
+}
+
+QG_CLONES static void ste_row_dy(const ste_consts *k, int64_t H, const uint32_t *rec, const int32_t *hprev, const float *dh,
+                                 const float *dy, float *dp, float *dq, double *acc, float *dh_next) {
+  ste_row_body(k, H, rec, hprev, dh, dy, dp, dq, acc, dh_next, 1);
+}
+
+QG_CLONES static void ste_row_nody(const ste_consts *k, int64_t H, const uint32_t *rec, const int32_t *hprev, const float *dh,
+                                   float *dp, float *dq, double *acc, float *dh_next) {
+  ste_row_body(k, H, rec, hprev, dh, NULL, dp, dq, acc, dh_next, 0);
+}
+
+/* The time loop of the vectorized backward for rows [n0, n1); returns the buffer holding
+ * dL/dh_0 (the same for every row block, as each runs T steps). */
+static float *backward_fast_rows(const qg_int_gru *g, const ste_consts *k, int64_t T, int64_t N, int64_t n0, int64_t n1,
+                                 const int64_t *L, int reverse, const int32_t *hqp, const uint8_t *sp, const float *dyp, int64_t Hy,
+                                 int y_offset, float *dp, float *dq, float *dh, float *dh_next, double *acc) {
+  const int64_t H = g->H, H3 = 3 * H;
+  const int cb = qg_cell_bytes(1);
+  for (int64_t s = T - 1; s >= 0; s--) {
+    const int32_t *hprev = hqp + s * N * H;
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t Ln = length_of(L, n, T);
+      float *dqr = dq + (s * N + n) * H3;
+      if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+        memset(dqr, 0, (size_t)H3 * sizeof(float));
+        memcpy(dh_next + n * H, dh + n * H, (size_t)H * sizeof(float));
+        continue;
+      }
+      const int64_t t = reverse ? Ln - 1 - s : s;
+      const uint32_t *rec = (const uint32_t *)(sp + (s * N + n) * H * cb);
+      if (dyp)
+        ste_row_dy(k, H, rec, hprev + n * H, dh + n * H, dyp + (t * N + n) * Hy + y_offset, dp + (t * N + n) * H3, dqr,
+                   acc + n * 4 * H, dh_next + n * H);
+      else
+        ste_row_nody(k, H, rec, hprev + n * H, dh + n * H, dp + (t * N + n) * H3, dqr, acc + n * 4 * H, dh_next + n * H);
+    }
+    if (n1 > n0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(n1 - n0), (int)H, (int)H3, 1.0f, dq + (s * N + n0) * H3,
+                  (int)H3, g->fq[QG_W_R], (int)H, 1.0f, dh_next + n0 * H, (int)H);
+    float *tmp = dh; dh = dh_next; dh_next = tmp;
+  }
+  return dh;
+}
+
+/* (float)deq of n codes: (float)((double)(c - z) 2^-e), as qg_deq. */
+QG_CLONES static void deq_codes(const int32_t *restrict c, int64_t n, qg_qp q, float *restrict out) {
+  const double sc = ldexp(1.0, -q.e);
+  const int32_t z = q.z;
+  for (int64_t i = 0; i < n; i++) out[i] = (float)((double)((int64_t)c[i] - z) * sc);
+}
+
 qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                                   qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
                                   const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
@@ -375,16 +662,21 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
   const qg_cell_q *cq = &g->cell;
 
-  /* workspace floats: dp [TN, 3H], dq [TN, 3H], bias contributions bcx, bcr [TN, 3H], dh, dh_next
-   * [N, H], Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
-  const int64_t nf = 4 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  /* the vectorized STE where the saved state is narrow and the tables exist */
+  const int fast = cq->narrow && g->bwd.val[0];
+  /* workspace floats: dp [TN, 3H], dq [TN, 3H], bias contributions bcx, bcr [TN, 3H] (general
+   * path), dh, dh_next [N, H], Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H];
+   * doubles dbx~, dbr~ [3H], per-row bias sums [N, 4H] (vectorized path) */
+  const int64_t nbc = fast ? 0 : 2 * TN * H3;
+  const int64_t nf = 2 * TN * H3 + nbc + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  const int64_t nd = 2 * H3 + (fast ? 4 * N * H : 0);
   float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
-  float *dp = ws, *dq = dp + TN * H3, *bcx = dq + TN * H3, *bcr = bcx + TN * H3, *dh = bcr + TN * H3, *dh_next = dh + N * H;
+  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + nd * 8 + 64, (void **)&ws));
+  float *dp = ws, *dq = dp + TN * H3, *bcx = dq + TN * H3, *bcr = bcx + nbc / 2, *dh = bcr + nbc / 2, *dh_next = dh + N * H;
   float *Xf = dh_next + N * H, *Hf = Xf + TN * C;
   float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
-  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
-  memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
+  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3, *acc = sbr + H3;
+  memset(sbx, 0, (size_t)nd * sizeof(double));
   if (L) memset(dp, 0, (size_t)(TN * H3) * sizeof(float));   /* padded (t, n) rows stay zero */
 
   const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
@@ -397,7 +689,32 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
 
   const int nt = qg_cpu_row_threads(N);
   float *dh_first = dh;
-  if (nt > 1) {
+  if (fast) {
+    ste_consts k;
+    for (int j = 0; j < 3; j++) { k.val[j] = g->bwd.val[j]; k.der[j] = g->bwd.der[j]; }
+    k.sh = ldexp(1.0, -QH.e); k.srh = ldexp(1.0, -cq->a[QG_Q_MATMUL_RH].e);
+    k.zh = QH.z; k.zrh = cq->a[QG_Q_MATMUL_RH].z; k.rh_qmin = (int32_t)cq->a[QG_Q_MATMUL_RH].qmin;
+    if (nt > 1) {
+      const int blas = openblas_get_num_threads();
+      openblas_set_num_threads(1);
+      QG_PRAGMA(omp parallel num_threads(nt)) {
+        const int j = QG_THREAD_NUM();
+        float *r = backward_fast_rows(g, &k, T, N, qg_cpu_part(N, j, nt), qg_cpu_part(N, j + 1, nt), L, reverse, hqp, sp, dyp, Hy,
+                                      y_offset, dp, dq, dh, dh_next, acc);
+        if (j == 0) dh_first = r;
+      }
+      openblas_set_num_threads(blas);
+    } else {
+      dh_first = backward_fast_rows(g, &k, T, N, 0, N, L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh, dh_next, acc);
+    }
+    /* bias gradients: each row's sum over its steps, rows added in order */
+    for (int64_t n = 0; n < N; n++) {
+      const double *a = acc + n * 4 * H;
+      for (int64_t j = 0; j < H3; j++) sbx[j] += a[j];
+      for (int64_t j = 0; j < 2 * H; j++) sbr[j] += a[j];
+      for (int64_t j = 0; j < H; j++) sbr[2 * H + j] += a[3 * H + j];
+    }
+  } else if (nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
     QG_PRAGMA(omp parallel num_threads(nt)) {
@@ -412,7 +729,7 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   }
   dh = dh_first;
   /* bias gradients: in the order the serial loop visits (s descending, rows ascending), in double */
-  for (int64_t s = T - 1; s >= 0; s--)
+  for (int64_t s = T - 1; s >= 0 && !fast; s--)
     for (int64_t n = 0; n < N; n++) {
       const float *bxr = bcx + (s * N + n) * H3, *brr = bcr + (s * N + n) * H3;
       for (int64_t j = 0; j < H3; j++) { sbx[j] += bxr[j]; sbr[j] += brr[j]; }
@@ -427,8 +744,8 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   }
   /* dequantized x and h_{t-1} for the weight gradients */
   const int32_t *xqp = (const int32_t *)xq->data;
-  for (int64_t i = 0; i < TN * C; i++) Xf[i] = (float)qg_deq(xqp[i], QX);
-  for (int64_t i = 0; i < TN * H; i++) Hf[i] = (float)qg_deq(hqp[i], QH);
+  deq_codes(xqp, TN * C, QX, Xf);
+  deq_codes(hqp, TN * H, QH, Hf);
   const uint8_t *xm = (const uint8_t *)saved->xmask->data, *wm = g->mask[QG_W_W], *rm = g->mask[QG_W_R];
   if (TN > 0 && H > 0) {
     if (dx && C > 0) {
