@@ -254,7 +254,7 @@ QG_CLONES static void cell32_row_infer(const qg_cell32 *c, const float *aw, cons
 static void forward32_rows(const qg_int_gru *g, const qg_cell32 *c, int64_t T, int64_t N, int64_t n0, int64_t n1,
                            const int64_t *L, int reverse, const float *xp, int32_t *xcodes, uint8_t *xmask, float *Xf,
                            const float *Wf, float *accWx, int32_t *hqp, int64_t hq_ring, float *yp, int64_t Hy, int y_offset,
-                           uint8_t *cellp, int cb, float *Hf, const float *Rf, float *accRh, int32_t *sv) {
+                           uint8_t *cellp, int cb, float *Hf, const float *Rf, float *accRh) {
   const int64_t H = g->H, H3 = 3 * H, C = g->C;
   const qg_cell_q *cq = &g->cell;
   const int32_t zh = c->h.z;
@@ -329,10 +329,9 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
                                      g->w_unsigned[QG_W_R], g->w_zp_host[QG_W_R], H3, H);
   if (!gwx.use_f32 || !grh.use_f32 || C < 1 || H < 1) return 0;
   const int nt = qg_cpu_row_threads(N);
-  /* workspace: int32 P [51, H], hq [2, N, H] at inference, xq [TN, C] at inference, per-thread
-   * [5, H]; floats Xf [TN, C], Wf [3H, C], Rf [3H, H], accWx [TN, 3H], Hf [N, H], accRh [N, 3H];
+  /* workspace: int32 P [51, H], hq [2, N, H] and xq [TN, C] at inference; floats Xf [TN, C], Wf [3H, C], Rf [3H, H], accWx [TN, 3H], Hf [N, H], accRh [N, 3H];
    * bytes xmask [TN, C] at inference */
-  const int64_t ni = QG_C32_ROWS * H + (saved ? 0 : 2 * N * H + TN * C) + nt * 5 * H;
+  const int64_t ni = QG_C32_ROWS * H + (saved ? 0 : 2 * N * H + TN * C);
   const int64_t nf = TN * C + H3 * C + H3 * H + TN * H3 + N * H + N * H3;
   const int64_t nb = saved ? 0 : TN * C;
   char *ws;
@@ -341,9 +340,9 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
   float *Xf = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), *Wf = Xf + TN * C, *Rf = Wf + H3 * C, *accWx = Rf + H3 * H;
   float *Hf = accWx + TN * H3, *accRh = Hf + N * H;
   int32_t *P = (int32_t *)(accRh + N * H3), *scratch = P + QG_C32_ROWS * H;
-  int32_t *hqp = saved ? (int32_t *)saved->hq->data : scratch + nt * 5 * H;
-  int32_t *xcodes = saved ? (int32_t *)saved->xq->data : scratch + nt * 5 * H + 2 * N * H;
-  uint8_t *xmask = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(scratch + nt * 5 * H + 2 * N * H + TN * C);
+  int32_t *hqp = saved ? (int32_t *)saved->hq->data : scratch;
+  int32_t *xcodes = saved ? (int32_t *)saved->xq->data : scratch + 2 * N * H;
+  uint8_t *xmask = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(scratch + 2 * N * H + TN * C);
   qg_cell32 c;
   if (!cell32_prepare(g, &c, P, 1)) return 0;
   /* 1. centered weight codes (x is quantized and W x multiplied per thread, for its rows) */
@@ -375,12 +374,12 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
     QG_PRAGMA(omp parallel num_threads(nt)) {
       const int k = QG_THREAD_NUM();
       forward32_rows(g, &c, T, N, qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), L, reverse, xp, xcodes, xmask, Xf, Wf, accWx,
-                     hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRh, scratch + k * 5 * H);
+                     hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRh);
     }
     openblas_set_num_threads(blas);
   } else {
     forward32_rows(g, &c, T, N, 0, N, L, reverse, xp, xcodes, xmask, Xf, Wf, accWx, hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf,
-                   accRh, scratch);
+                   accRh);
   }
   if (hn) {
     float *o = (float *)hn->data;
@@ -612,44 +611,172 @@ QG_CLONES static void ste_row_nody(const ste_consts *k, int64_t H, const uint32_
   ste_row_body(k, H, rec, hprev, dh, NULL, dp, dq, acc, dh_next, 0);
 }
 
-/* The time loop of the vectorized backward for rows [n0, n1); returns the buffer holding
- * dL/dh_0 (the same for every row block, as each runs T steps). */
-static float *backward_fast_rows(const qg_int_gru *g, const ste_consts *k, int64_t T, int64_t N, int64_t n0, int64_t n1,
-                                 const int64_t *L, int reverse, const int32_t *hqp, const uint8_t *sp, const float *dyp, int64_t Hy,
-                                 int y_offset, float *dp, float *dq, float *dh, float *dh_next, double *acc) {
-  const int64_t H = g->H, H3 = 3 * H;
-  const int cb = qg_cell_bytes(1);
-  for (int64_t s = T - 1; s >= 0; s--) {
-    const int32_t *hprev = hqp + s * N * H;
-    for (int64_t n = n0; n < n1; n++) {
-      const int64_t Ln = length_of(L, n, T);
-      float *dqr = dq + (s * N + n) * H3;
-      if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-        memset(dqr, 0, (size_t)H3 * sizeof(float));
-        memcpy(dh_next + n * H, dh + n * H, (size_t)H * sizeof(float));
-        continue;
-      }
-      const int64_t t = reverse ? Ln - 1 - s : s;
-      const uint32_t *rec = (const uint32_t *)(sp + (s * N + n) * H * cb);
-      if (dyp)
-        ste_row_dy(k, H, rec, hprev + n * H, dh + n * H, dyp + (t * N + n) * Hy + y_offset, dp + (t * N + n) * H3, dqr,
-                   acc + n * 4 * H, dh_next + n * H);
-      else
-        ste_row_nody(k, H, rec, hprev + n * H, dh + n * H, dp + (t * N + n) * H3, dqr, acc + n * 4 * H, dh_next + n * H);
-    }
-    if (n1 > n0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(n1 - n0), (int)H, (int)H3, 1.0f, dq + (s * N + n0) * H3,
-                  (int)H3, g->fq[QG_W_R], (int)H, 1.0f, dh_next + n0 * H, (int)H);
-    float *tmp = dh; dh = dh_next; dh_next = tmp;
-  }
-  return dh;
-}
+/* Everything the vectorized backward's threads share. */
+typedef struct {
+  const qg_int_gru *g;
+  ste_consts k;
+  int64_t T, N, C, H, Hy;
+  int y_offset, reverse, nt;
+  const int64_t *L;
+  const int32_t *hq, *xq;
+  const uint8_t *cells, *xmask;
+  const float *dy;
+  float *dp, *dq, *dh, *dh_next, *Xf, *Hf, *tmpX, *tmpW, *tmpR;
+  double *acc;                          /* per-row bias sums [N, 4H] */
+  float *dx, *dW, *dR, *dbx, *dbr;
+  float *dh_first;
+} bwd32_args;
 
 /* (float)deq of n codes: (float)((double)(c - z) 2^-e), as qg_deq. */
 QG_CLONES static void deq_codes(const int32_t *restrict c, int64_t n, qg_qp q, float *restrict out) {
   const double sc = ldexp(1.0, -q.e);
   const int32_t z = q.z;
   for (int64_t i = 0; i < n; i++) out[i] = (float)((double)((int64_t)c[i] - z) * sc);
+}
+
+/* The time loop for rows [n0, n1); returns the buffer holding dL/dh_0 (the same for every row
+ * block, as each runs T steps). Also the dequantized x and h_{t-1} of these rows (dW, dR). */
+static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
+  const qg_int_gru *g = a->g;
+  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, nb = n1 - n0;
+  const int cb = qg_cell_bytes(1);
+  const qg_qp QX = g->cell.a[QG_Q_INPUT_X], QH = g->cell.a[QG_Q_OUTPUT_H];
+  float *dh = a->dh, *dh_next = a->dh_next, *dp = a->dp, *dq = a->dq;
+  for (int64_t s = 0; s < T && nb > 0; s++) {
+    deq_codes(a->xq + (s * N + n0) * C, nb * C, QX, a->Xf + (s * N + n0) * C);
+    deq_codes(a->hq + (s * N + n0) * H, nb * H, QH, a->Hf + (s * N + n0) * H);
+  }
+  for (int64_t s = T - 1; s >= 0; s--) {
+    const int32_t *hprev = a->hq + s * N * H;
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t Ln = length_of(a->L, n, T);
+      float *dqr = dq + (s * N + n) * H3;
+      if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+        memset(dqr, 0, (size_t)H3 * sizeof(float));
+        memset(dp + (s * N + n) * H3, 0, (size_t)H3 * sizeof(float));   /* time index s is padded too */
+        memcpy(dh_next + n * H, dh + n * H, (size_t)H * sizeof(float));
+        continue;
+      }
+      const int64_t t = a->reverse ? Ln - 1 - s : s;
+      const uint32_t *rec = (const uint32_t *)(a->cells + (s * N + n) * H * cb);
+      if (a->dy)
+        ste_row_dy(&a->k, H, rec, hprev + n * H, dh + n * H, a->dy + (t * N + n) * a->Hy + a->y_offset, dp + (t * N + n) * H3, dqr,
+                   a->acc + n * 4 * H, dh_next + n * H);
+      else
+        ste_row_nody(&a->k, H, rec, hprev + n * H, dh + n * H, dp + (t * N + n) * H3, dqr, a->acc + n * 4 * H, dh_next + n * H);
+    }
+    if (nb > 0 && H > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)H, (int)H3, 1.0f, dq + (s * N + n0) * H3, (int)H3,
+                  g->fq[QG_W_R], (int)H, 1.0f, dh_next + n0 * H, (int)H);
+    float *tmp = dh; dh = dh_next; dh_next = tmp;
+  }
+  return dh;
+}
+
+/* The weight-gradient tasks: task i of QG_BWD_TASKS takes its share of the rows of dx, of the
+ * rows of dW and dR (one GEMM each, masked by the weights' masks) and of the bias columns (the
+ * rows' sums added in row order). The shares depend only on i, so the results do not depend on
+ * the thread count or on which thread runs which task. */
+enum { QG_BWD_TASKS = 8 };
+
+static void backward_fast_task(const bwd32_args *a, int i) {
+  const qg_int_gru *g = a->g;
+  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, TN = T * N;
+  const int64_t r0 = qg_cpu_part(TN, i, QG_BWD_TASKS), r1 = qg_cpu_part(TN, i + 1, QG_BWD_TASKS);
+  const int64_t j0 = qg_cpu_part(H3, i, QG_BWD_TASKS), j1 = qg_cpu_part(H3, i + 1, QG_BWD_TASKS);
+  if (TN <= 0 || H <= 0) return;
+  if (a->dx && C > 0 && r1 > r0) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)C, (int)H3, 1.0f, a->dp + r0 * H3, (int)H3,
+                g->fq[QG_W_W], (int)C, 0.0f, a->tmpX + r0 * C, (int)C);
+    const uint8_t *xm = a->xmask;
+    for (int64_t e = r0 * C; e < r1 * C; e++) a->dx[e] += xm[e] ? a->tmpX[e] : 0.0f;
+  }
+  if (j1 <= j0) return;
+  const int64_t nj = j1 - j0;
+  if (C > 0) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nj, (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3, a->Xf, (int)C, 0.0f,
+                a->tmpW + j0 * C, (int)C);
+    const uint8_t *wm = g->mask[QG_W_W];
+    for (int64_t e = j0 * C; e < j1 * C; e++) a->dW[e] += wm[e] ? a->tmpW[e] : 0.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nj, (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3, a->Hf, (int)H, 0.0f,
+              a->tmpR + j0 * H, (int)H);
+  const uint8_t *rm = g->mask[QG_W_R];
+  for (int64_t e = j0 * H; e < j1 * H; e++) a->dR[e] += rm[e] ? a->tmpR[e] : 0.0f;
+  /* biases: dbx gets the z, r, g pre-activation sums, dbr those of z, r and of Rh_g + br_g */
+  const uint8_t *bxm = g->mask[QG_W_BX], *brm = g->mask[QG_W_BR];
+  for (int64_t j = j0; j < j1; j++) {
+    const int64_t jr = j < 2 * H ? j : j + H;
+    double sx = 0.0, sr = 0.0;
+    for (int64_t n = 0; n < N; n++) { sx += a->acc[n * 4 * H + j]; sr += a->acc[n * 4 * H + jr]; }
+    a->dbx[j] += bxm[j] ? (float)sx : 0.0f;
+    a->dbr[j] += brm[j] ? (float)sr : 0.0f;
+  }
+}
+
+static void backward_fast_thread(bwd32_args *a, int k) {
+  const int nt = a->nt;
+  float *r = backward_fast_rows(a, qg_cpu_part(a->N, k, nt), qg_cpu_part(a->N, k + 1, nt));
+  if (k == 0) a->dh_first = r;
+  QG_PRAGMA(omp barrier)   /* every row's dp, dq, sums and dequantized inputs are complete */
+  QG_PRAGMA(omp for schedule(dynamic, 1))
+  for (int i = 0; i < QG_BWD_TASKS; i++) backward_fast_task(a, i);
+}
+
+/* The vectorized backward (narrow saved state, tables built). */
+static qg_status backward_fast(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR, qg_tensor *dbx,
+                               qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn,
+                               const qg_int_gru_saved *saved, const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_backward";
+  const qg_cell_q *cq = &g->cell;
+  bwd32_args a;
+  memset(&a, 0, sizeof a);
+  a.g = g;
+  a.T = saved->xq->dims[0]; a.N = saved->xq->dims[1]; a.C = g->C; a.H = g->H;
+  const int64_t T = a.T, N = a.N, C = a.C, H = a.H, H3 = 3 * H, TN = T * N;
+  a.Hy = dy ? dy->dims[2] : 0;
+  a.y_offset = y_offset; a.reverse = reverse;
+  a.nt = qg_cpu_row_threads(N);
+  a.L = lengths ? (const int64_t *)lengths->data : NULL;
+  a.hq = (const int32_t *)saved->hq->data; a.xq = (const int32_t *)saved->xq->data;
+  a.cells = (const uint8_t *)saved->cell->data; a.xmask = (const uint8_t *)saved->xmask->data;
+  a.dy = dy ? (const float *)dy->data : NULL;
+  a.dx = dx ? (float *)dx->data : NULL; a.dW = (float *)dW->data; a.dR = (float *)dR->data;
+  a.dbx = (float *)dbx->data; a.dbr = (float *)dbr->data;
+  const qg_qp QH = cq->a[QG_Q_OUTPUT_H], QRH = cq->a[QG_Q_MATMUL_RH];
+  for (int j = 0; j < 3; j++) { a.k.val[j] = g->bwd.val[j]; a.k.der[j] = g->bwd.der[j]; }
+  a.k.sh = ldexp(1.0, -QH.e); a.k.srh = ldexp(1.0, -QRH.e);
+  a.k.zh = QH.z; a.k.zrh = QRH.z; a.k.rh_qmin = (int32_t)QRH.qmin;
+  /* workspace: doubles acc [N, 4H]; floats dp, dq [TN, 3H], dh, dh_next [N, H], Xf [TN, C],
+   * Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H] */
+  const int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  double *ws;
+  QG_CHECK(qg_workspace(ctx, fn, 4 * N * H * 8 + nf * 4 + 64, (void **)&ws));
+  a.acc = ws;
+  memset(a.acc, 0, (size_t)(4 * N * H) * sizeof(double));
+  a.dp = (float *)(ws + 4 * N * H); a.dq = a.dp + TN * H3; a.dh = a.dq + TN * H3; a.dh_next = a.dh + N * H;
+  a.Xf = a.dh_next + N * H; a.Hf = a.Xf + TN * C; a.tmpX = a.Hf + TN * H; a.tmpW = a.tmpX + TN * C; a.tmpR = a.tmpW + H3 * C;
+  if (dhn) memcpy(a.dh, dhn->data, (size_t)(N * H) * sizeof(float));
+  else memset(a.dh, 0, (size_t)(N * H) * sizeof(float));
+  a.dh_first = a.dh;
+  if (a.nt > 1) {
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    QG_PRAGMA(omp parallel num_threads(a.nt))
+    backward_fast_thread(&a, QG_THREAD_NUM());
+    openblas_set_num_threads(blas);
+  } else {
+    backward_fast_thread(&a, 0);
+  }
+  if (dh0) {
+    float *o = (float *)dh0->data;
+    for (int64_t i = 0; i < N * H; i++) {
+      int m = 1;
+      if (h0) qg_quant_real((double)((const float *)h0->data)[i], QH, &m);
+      o[i] = a.dh_first[i] * (float)m;
+    }
+  }
+  return QG_OK;
 }
 
 qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
@@ -661,22 +788,19 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
   const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
   const qg_cell_q *cq = &g->cell;
+  if (cq->narrow && g->bwd.val[0])   /* the vectorized STE */
+    return backward_fast(ctx, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths, reverse);
 
-  /* the vectorized STE where the saved state is narrow and the tables exist */
-  const int fast = cq->narrow && g->bwd.val[0];
-  /* workspace floats: dp [TN, 3H], dq [TN, 3H], bias contributions bcx, bcr [TN, 3H] (general
-   * path), dh, dh_next [N, H], Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H];
-   * doubles dbx~, dbr~ [3H], per-row bias sums [N, 4H] (vectorized path) */
-  const int64_t nbc = fast ? 0 : 2 * TN * H3;
-  const int64_t nf = 2 * TN * H3 + nbc + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
-  const int64_t nd = 2 * H3 + (fast ? 4 * N * H : 0);
+  /* workspace floats: dp [TN, 3H], dq [TN, 3H], bias contributions bcx, bcr [TN, 3H], dh, dh_next
+   * [N, H], Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles dbx~, dbr~ [3H] */
+  const int64_t nf = 4 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
   float *ws;
-  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + nd * 8 + 64, (void **)&ws));
-  float *dp = ws, *dq = dp + TN * H3, *bcx = dq + TN * H3, *bcr = bcx + nbc / 2, *dh = bcr + nbc / 2, *dh_next = dh + N * H;
+  QG_CHECK(qg_workspace(ctx, fn, nf * 4 + 2 * H3 * 8 + 64, (void **)&ws));
+  float *dp = ws, *dq = dp + TN * H3, *bcx = dq + TN * H3, *bcr = bcx + TN * H3, *dh = bcr + TN * H3, *dh_next = dh + N * H;
   float *Xf = dh_next + N * H, *Hf = Xf + TN * C;
   float *tmpX = Hf + TN * H, *tmpW = tmpX + TN * C, *tmpR = tmpW + H3 * C;
-  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3, *acc = sbr + H3;
-  memset(sbx, 0, (size_t)nd * sizeof(double));
+  double *sbx = (double *)(((uintptr_t)(tmpR + H3 * H) + 7) & ~(uintptr_t)7), *sbr = sbx + H3;
+  memset(sbx, 0, (size_t)(2 * H3) * sizeof(double));
   if (L) memset(dp, 0, (size_t)(TN * H3) * sizeof(float));   /* padded (t, n) rows stay zero */
 
   const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
@@ -689,32 +813,7 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
 
   const int nt = qg_cpu_row_threads(N);
   float *dh_first = dh;
-  if (fast) {
-    ste_consts k;
-    for (int j = 0; j < 3; j++) { k.val[j] = g->bwd.val[j]; k.der[j] = g->bwd.der[j]; }
-    k.sh = ldexp(1.0, -QH.e); k.srh = ldexp(1.0, -cq->a[QG_Q_MATMUL_RH].e);
-    k.zh = QH.z; k.zrh = cq->a[QG_Q_MATMUL_RH].z; k.rh_qmin = (int32_t)cq->a[QG_Q_MATMUL_RH].qmin;
-    if (nt > 1) {
-      const int blas = openblas_get_num_threads();
-      openblas_set_num_threads(1);
-      QG_PRAGMA(omp parallel num_threads(nt)) {
-        const int j = QG_THREAD_NUM();
-        float *r = backward_fast_rows(g, &k, T, N, qg_cpu_part(N, j, nt), qg_cpu_part(N, j + 1, nt), L, reverse, hqp, sp, dyp, Hy,
-                                      y_offset, dp, dq, dh, dh_next, acc);
-        if (j == 0) dh_first = r;
-      }
-      openblas_set_num_threads(blas);
-    } else {
-      dh_first = backward_fast_rows(g, &k, T, N, 0, N, L, reverse, hqp, sp, dyp, Hy, y_offset, dp, dq, dh, dh_next, acc);
-    }
-    /* bias gradients: each row's sum over its steps, rows added in order */
-    for (int64_t n = 0; n < N; n++) {
-      const double *a = acc + n * 4 * H;
-      for (int64_t j = 0; j < H3; j++) sbx[j] += a[j];
-      for (int64_t j = 0; j < 2 * H; j++) sbr[j] += a[j];
-      for (int64_t j = 0; j < H; j++) sbr[2 * H + j] += a[3 * H + j];
-    }
-  } else if (nt > 1) {
+  if (nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
     QG_PRAGMA(omp parallel num_threads(nt)) {
@@ -729,7 +828,7 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   }
   dh = dh_first;
   /* bias gradients: in the order the serial loop visits (s descending, rows ascending), in double */
-  for (int64_t s = T - 1; s >= 0 && !fast; s--)
+  for (int64_t s = T - 1; s >= 0; s--)
     for (int64_t n = 0; n < N; n++) {
       const float *bxr = bcx + (s * N + n) * H3, *brr = bcr + (s * N + n) * H3;
       for (int64_t j = 0; j < H3; j++) { sbx[j] += bxr[j]; sbr[j] += brr[j]; }
@@ -744,8 +843,8 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   }
   /* dequantized x and h_{t-1} for the weight gradients */
   const int32_t *xqp = (const int32_t *)xq->data;
-  deq_codes(xqp, TN * C, QX, Xf);
-  deq_codes(hqp, TN * H, QH, Hf);
+  for (int64_t i = 0; i < TN * C; i++) Xf[i] = (float)qg_deq(xqp[i], QX);
+  for (int64_t i = 0; i < TN * H; i++) Hf[i] = (float)qg_deq(hqp[i], QH);
   const uint8_t *xm = (const uint8_t *)saved->xmask->data, *wm = g->mask[QG_W_W], *rm = g->mask[QG_W_R];
   if (TN > 0 && H > 0) {
     if (dx && C > 0) {
