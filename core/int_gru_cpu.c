@@ -223,71 +223,249 @@ QG_CLONES static void quantize_codes(const float *x, int64_t n, qg_qp q, int32_t
   }
 }
 
-/* One row's units at one step. train: also the saved state (qg_cell_narrow_words, 3 words a unit). */
-QG_INLINE void cell32_row_body(const qg_cell32 *c, const qg_cell_q *q, const float *restrict aw, const float *restrict ar,
-                               const int32_t *restrict hprev, int32_t *restrict hnext, float *restrict y, float yscale,
-                               uint32_t *restrict rec, const int train) {
+/* ---- int8 GEMMs (AVX-512 VNNI) ---------------------------------------------------------------
+ * Where the CPU has AVX-512 VNNI and the operands fit bytes (input.x and output.h of at most 8
+ * bits, the centered weight codes in [-128, 127]), the W x and R h products of the 32-bit forward
+ * run on bytes: A holds codes minus the grid's qmin (unsigned bytes), B the centered weight codes
+ * (signed bytes), vpdpbusd sums 4 products per 32-bit lane, and corr[j] = (z - qmin) sum_k B[j, k]
+ * recenters A: acc = sum_k (a + qmin - z) B = vnni - corr. Exact integers, as the float32 GEMM they
+ * replace (same values, 4 times the multiply-adds per instruction). B is packed once per forward
+ * into panels of 16 columns x 4 k: Bp[((p Kq + q) 16 + c) 4 + b] = B[16 p + c][4 q + b]. */
+typedef struct {
+  int8_t *packed;    /* [P, Kq, 16, 4] */
+  int32_t *corr;     /* [P * 16] */
+  int64_t Nc, Kq;    /* columns (3H), k quads */
+} s8mat;
+
+static int64_t s8_bytes(int64_t Nc, int64_t K) { return (Nc + 15) / 16 * 16 * ((K + 3) / 4) * 4; }
+
+/* Packs B = codes [Nc, K] minus their per-row zero points zp; corr as above for an A offset of
+ * zoff = z - qmin. */
+static void pack_s8(s8mat *b, const int32_t *codes, const int32_t *zp, int64_t Nc, int64_t K, int32_t zoff) {
+  const int64_t Kq = (K + 3) / 4, P = (Nc + 15) / 16;
+  b->Nc = Nc; b->Kq = Kq;
+  for (int64_t p = 0; p < P; p++)
+    for (int64_t c = 0; c < 16; c++) {
+      const int64_t j = p * 16 + c;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < Kq * 4; k++) {
+        const int32_t v = j < Nc && k < K ? codes[j * K + k] - zp[j] : 0;
+        b->packed[((p * Kq + k / 4) * 16 + c) * 4 + k % 4] = (int8_t)v;
+        sum += v;
+      }
+      b->corr[j] = zoff * sum;
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define QG_HAVE_VNNI_KERNEL 1
+
+/* C [M, Nc] (ldc) = A [M, 4 Kq] (lda bytes, unsigned) B^T - corr, B packed. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void gemm_u8s8(int64_t M, const uint8_t *A, int64_t lda,
+                                                                               const s8mat *b, int32_t *Cm, int64_t ldc) {
+  const int64_t Nc = b->Nc, Kq = b->Kq, P = (Nc + 15) / 16;
+  for (int64_t p0 = 0; p0 < P; p0 += 4) {
+    const int64_t np = P - p0 < 4 ? P - p0 : 4;
+    __mmask16 mk[4];
+    __m512i corr[4];
+    for (int64_t q = 0; q < 4; q++) {
+      const int64_t rem = Nc - (p0 + q) * 16;
+      mk[q] = q >= np ? 0 : (rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1));
+      corr[q] = q < np ? _mm512_loadu_si512((const void *)(b->corr + (p0 + q) * 16)) : _mm512_setzero_si512();
+    }
+    const int8_t *B0 = b->packed + p0 * Kq * 64;
+    int64_t m = 0;
+    if (np == 4) {
+      for (; m + 4 <= M; m += 4) {
+        __m512i c[4][4];
+        for (int r = 0; r < 4; r++)
+          for (int q = 0; q < 4; q++) c[r][q] = _mm512_setzero_si512();
+        for (int64_t k = 0; k < Kq; k++) {
+          const __m512i b0 = _mm512_loadu_si512((const void *)(B0 + k * 64)), b1 = _mm512_loadu_si512((const void *)(B0 + (Kq + k) * 64)),
+                        b2 = _mm512_loadu_si512((const void *)(B0 + (2 * Kq + k) * 64)),
+                        b3 = _mm512_loadu_si512((const void *)(B0 + (3 * Kq + k) * 64));
+          for (int r = 0; r < 4; r++) {
+            int32_t a4;
+            memcpy(&a4, A + (m + r) * lda + 4 * k, 4);
+            const __m512i av = _mm512_set1_epi32(a4);
+            c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0);
+            c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1);
+            c[r][2] = _mm512_dpbusd_epi32(c[r][2], av, b2);
+            c[r][3] = _mm512_dpbusd_epi32(c[r][3], av, b3);
+          }
+        }
+        for (int r = 0; r < 4; r++)
+          for (int q = 0; q < 4; q++)
+            _mm512_mask_storeu_epi32(Cm + (m + r) * ldc + (p0 + q) * 16, mk[q], _mm512_sub_epi32(c[r][q], corr[q]));
+      }
+    }
+    for (; m < M; m++) {   /* remaining rows, or fewer than 64 remaining columns */
+      __m512i c[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int64_t k = 0; k < Kq; k++) {
+        int32_t a4;
+        memcpy(&a4, A + m * lda + 4 * k, 4);
+        const __m512i av = _mm512_set1_epi32(a4);
+        for (int64_t q = 0; q < np; q++) c[q] = _mm512_dpbusd_epi32(c[q], av, _mm512_loadu_si512((const void *)(B0 + (q * Kq + k) * 64)));
+      }
+      for (int64_t q = 0; q < np; q++) _mm512_mask_storeu_epi32(Cm + m * ldc + (p0 + q) * 16, mk[q], _mm512_sub_epi32(c[q], corr[q]));
+    }
+  }
+}
+
+static int cpu_has_vnni(void) {
+  static int cached = -1;
+  if (cached < 0) {
+    __builtin_cpu_init();
+    cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  }
+  return cached;
+}
+#else
+static int cpu_has_vnni(void) { return 0; }
+#endif
+
+/* Whether a grid's codes minus qmin fit an unsigned byte, and a weight's centered codes (every
+ * channel) a signed one. */
+static int grid_u8(qg_qp q) { return q.qmax - q.qmin <= 255; }
+static int weight_s8(const qg_int_gru *g, int w) {
+  const qg_qp grid = qg_qp_make(g->w_bits[w], g->w_unsigned[w], 0, 0);
+  for (int64_t j = 0; j < 3 * g->H; j++) {
+    const int64_t z = g->w_zp_host[w][j];
+    if (grid.qmin - z < -128 || grid.qmax - z > 127) return 0;
+  }
+  return 1;
+}
+
+/* Everything the 32-bit forward's threads share. */
+typedef struct {
+  const qg_int_gru *g;
+  const qg_cell32 *c;
+  int64_t T, N, C, H, Hy, ring;
+  int y_offset, reverse, nt, vnni, cb;
+  const int64_t *L;
+  const float *x;
+  int32_t *xq, *hq;            /* hq(s) = hq + (s % ring) N H */
+  uint8_t *xmask, *cells;
+  float *y;
+  /* float32 GEMMs: centered codes Xf [TN, C], Wf [3H, C], Rf [3H, H], Hf [N, H]; accumulators */
+  float *Xf, *Wf, *Rf, *Hf, *accWxf, *accRhf;
+  /* byte GEMMs: A operands xu [TN, 4 Kq(C)], hu [N, 4 Kq(H)]; packed W, R; accumulators */
+  uint8_t *xu, *hu;
+  s8mat Wb, Rb;
+  int32_t *accWxi, *accRhi;
+} fwd32_args;
+
+/* quant of n values of x to q, as quantize_codes, with the codes minus qmin as bytes. */
+QG_CLONES static void quantize_codes_u8(const float *x, int64_t n, qg_qp q, int32_t *restrict codes, uint8_t *restrict mask,
+                                        uint8_t *restrict xu) {
+  const double sc = ldexp(1.0, q.e), lo = (double)q.qmin, hi = (double)q.qmax, z = (double)q.z;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = nearbyint((double)x[i] * sc) + z;
+    const int m = (r >= lo) & (r <= hi);
+    double c = r < lo ? lo : (r > hi ? hi : r);
+    c = c == c ? c : z;
+    codes[i] = (int32_t)c;
+    mask[i] = (uint8_t)m;
+    xu[i] = (uint8_t)(c - lo);
+  }
+}
+
+/* One row of the 32-bit cell over accumulators given as float32 or int32 (isint). */
+QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *restrict hprev,
+                              int32_t *restrict hnext, float *restrict y, float yscale, uint32_t *restrict rec, const int train,
+                              const int isint) {
   const int64_t H = c->H;
+  const float *restrict awf = (const float *)aw, *restrict arf = (const float *)ar;
+  const int32_t *restrict awi = (const int32_t *)aw, *restrict ari = (const int32_t *)ar;
   QG_PRAGMA(omp simd)
   for (int64_t i = 0; i < H; i++) {
+#define QG_ACC(fp, ip, j) (isint ? (ip)[j] : (int32_t)(fp)[j])
     qg_cell32_out o;
-    qg_cell32_forward(c, i, (int32_t)aw[i], (int32_t)aw[H + i], (int32_t)aw[2 * H + i], (int32_t)ar[i], (int32_t)ar[H + i],
-                      (int32_t)ar[2 * H + i], hprev[i], &o);
+    qg_cell32_forward(c, i, QG_ACC(awf, awi, i), QG_ACC(awf, awi, H + i), QG_ACC(awf, awi, 2 * H + i), QG_ACC(arf, ari, i),
+                      QG_ACC(arf, ari, H + i), QG_ACC(arf, ari, 2 * H + i), hprev[i], &o);
+#undef QG_ACC
     hnext[i] = o.h;
     y[i] = (float)(o.h - c->h.z) * yscale;
     if (train) qg_cell_narrow_words(q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, rec + 3 * i);
   }
 }
 
-QG_CLONES static void cell32_row_train(const qg_cell32 *c, const qg_cell_q *q, const float *aw, const float *ar,
-                                       const int32_t *hprev, int32_t *hnext, float *y, float yscale, uint32_t *rec) {
-  cell32_row_body(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1);
+#if defined(__GNUC__)
+#define QG_FLATTEN __attribute__((flatten))
+#else
+#define QG_FLATTEN
+#endif
+
+QG_CLONES QG_FLATTEN static void cell32_row(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
+                                 int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint) {
+  if (isint) {
+    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 1);
+    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 1);
+  } else {
+    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 0);
+    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 0);
+  }
 }
 
-QG_CLONES static void cell32_row_infer(const qg_cell32 *c, const float *aw, const float *ar, const int32_t *hprev,
-                                       int32_t *hnext, float *y, float yscale) {
-  cell32_row_body(c, NULL, aw, ar, hprev, hnext, y, yscale, NULL, 0);
-}
-
-/* The time loop of the 32-bit forward for rows [n0, n1). hq(s) = hqp + (s % hq_ring) N H: all
- * T + 1 states when training, two alternating ones at inference. */
-static void forward32_rows(const qg_int_gru *g, const qg_cell32 *c, int64_t T, int64_t N, int64_t n0, int64_t n1,
-                           const int64_t *L, int reverse, const float *xp, int32_t *xcodes, uint8_t *xmask, float *Xf,
-                           const float *Wf, float *accWx, int32_t *hqp, int64_t hq_ring, float *yp, int64_t Hy, int y_offset,
-                           uint8_t *cellp, int cb, float *Hf, const float *Rf, float *accRh) {
-  const int64_t H = g->H, H3 = 3 * H, C = g->C;
+/* The time loop of the 32-bit forward for rows [n0, n1): first x's codes and the W x
+ * accumulators of these rows at every time step, then per step the R h GEMM and the cells. */
+static void forward32_rows(const fwd32_args *a, int64_t n0, int64_t n1) {
+  const qg_int_gru *g = a->g;
+  const qg_cell32 *c = a->c;
+  const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, nb = n1 - n0, ring = a->ring;
   const qg_cell_q *cq = &g->cell;
-  const int32_t zh = c->h.z;
-  const float yscale = (float)ldexp(1.0, -cq->a[QG_Q_OUTPUT_H].e);
-  /* input.x codes and the W x accumulators of these rows at every time step */
-  for (int64_t t = 0; t < T && n1 > n0; t++) {
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  const float yscale = (float)ldexp(1.0, -QH.e);
+  if (nb <= 0) return;
+  const int64_t Cp = a->Wb.Kq * 4, Hp = a->Rb.Kq * 4;
+  for (int64_t t = 0; t < T; t++) {
     const int64_t r0 = t * N + n0;
-    quantize_codes(xp + r0 * C, (n1 - n0) * C, cq->a[QG_Q_INPUT_X], xcodes + r0 * C, xmask + r0 * C, Xf + r0 * C);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(n1 - n0), (int)H3, (int)C, 1.0f, Xf + r0 * C, (int)C, Wf, (int)C,
-                0.0f, accWx + r0 * H3, (int)H3);
+    if (a->vnni) {
+      if (Cp == C) {
+        quantize_codes_u8(a->x + r0 * C, nb * C, QX, a->xq + r0 * C, a->xmask + r0 * C, a->xu + r0 * Cp);
+      } else {
+        for (int64_t r = r0; r < r0 + nb; r++) {
+          quantize_codes_u8(a->x + r * C, C, QX, a->xq + r * C, a->xmask + r * C, a->xu + r * Cp);
+          memset(a->xu + r * Cp + C, 0, (size_t)(Cp - C));
+        }
+      }
+#ifdef QG_HAVE_VNNI_KERNEL
+      gemm_u8s8(nb, a->xu + r0 * Cp, Cp, &a->Wb, a->accWxi + r0 * H3, H3);
+#endif
+    } else {
+      quantize_codes(a->x + r0 * C, nb * C, QX, a->xq + r0 * C, a->xmask + r0 * C, a->Xf + r0 * C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)C, 1.0f, a->Xf + r0 * C, (int)C, a->Wf, (int)C, 0.0f,
+                  a->accWxf + r0 * H3, (int)H3);
+    }
   }
   for (int64_t s = 0; s < T; s++) {
-    const int32_t *hprev = hqp + (s % hq_ring) * N * H;
-    int32_t *hnext = hqp + ((s + 1) % hq_ring) * N * H;
-    for (int64_t i = n0 * H; i < n1 * H; i++) Hf[i] = (float)(hprev[i] - zh);
-    if (n1 > n0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(n1 - n0), (int)H3, (int)H, 1.0f, Hf + n0 * H, (int)H, Rf,
-                  (int)H, 0.0f, accRh + n0 * H3, (int)H3);
+    const int32_t *hprev = a->hq + (s % ring) * N * H;
+    int32_t *hnext = a->hq + ((s + 1) % ring) * N * H;
+    if (a->vnni) {
+      const int32_t lo = (int32_t)QH.qmin;
+      for (int64_t n = n0; n < n1; n++)
+        for (int64_t i = 0; i < H; i++) a->hu[n * Hp + i] = (uint8_t)(hprev[n * H + i] - lo);
+#ifdef QG_HAVE_VNNI_KERNEL
+      gemm_u8s8(nb, a->hu + n0 * Hp, Hp, &a->Rb, a->accRhi + n0 * H3, H3);
+#endif
+    } else {
+      for (int64_t i = n0 * H; i < n1 * H; i++) a->Hf[i] = (float)(hprev[i] - c->h.z);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)H3, (int)H, 1.0f, a->Hf + n0 * H, (int)H, a->Rf, (int)H, 0.0f,
+                  a->accRhf + n0 * H3, (int)H3);
+    }
     for (int64_t n = n0; n < n1; n++) {
-      const int64_t Ln = length_of(L, n, T);
+      const int64_t Ln = length_of(a->L, n, T);
       if (s >= Ln) {   /* padded step: the state stays */
         memcpy(hnext + n * H, hprev + n * H, (size_t)H * sizeof(int32_t));
-        if (cellp) memset(cellp + (s * N + n) * H * cb, 0, (size_t)(H * cb));
+        if (a->cells) memset(a->cells + (s * N + n) * H * a->cb, 0, (size_t)(H * a->cb));
         continue;
       }
-      const int64_t t = reverse ? Ln - 1 - s : s;
-      const float *aw = accWx + (t * N + n) * H3, *ar = accRh + n * H3;
-      float *y = yp + (t * N + n) * Hy + y_offset;
-      if (cellp) {   /* narrow: 12 bytes a unit, 4-byte aligned */
-        cell32_row_train(c, cq, aw, ar, hprev + n * H, hnext + n * H, y, yscale, (uint32_t *)(cellp + (s * N + n) * H * cb));
-      } else {
-        cell32_row_infer(c, aw, ar, hprev + n * H, hnext + n * H, y, yscale);
-      }
+      const int64_t t = a->reverse ? Ln - 1 - s : s;
+      const void *aw = a->vnni ? (const void *)(a->accWxi + (t * N + n) * H3) : (const void *)(a->accWxf + (t * N + n) * H3);
+      const void *ar = a->vnni ? (const void *)(a->accRhi + n * H3) : (const void *)(a->accRhf + n * H3);
+      uint32_t *rec = a->cells ? (uint32_t *)(a->cells + (s * N + n) * H * a->cb) : NULL;   /* narrow: 12 bytes a unit */
+      cell32_row(c, cq, aw, ar, hprev + n * H, hnext + n * H, a->y + (t * N + n) * a->Hy + a->y_offset, yscale, rec, a->vnni);
     }
   }
 }
@@ -319,7 +497,6 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
                      const qg_tensor *x, const qg_tensor *h0, const qg_tensor *lengths, int reverse, qg_status *st) {
   const char *fn = "qg_int_gru_forward";
   const int64_t T = x->dims[0], N = x->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N;
-  const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
   const qg_cell_q *cq = &g->cell;
   const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
   *st = QG_OK;
@@ -328,62 +505,105 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
   const gemm_mode grh = gemm_mode_of(g->act[QG_Q_OUTPUT_H].bitwidth, g->act[QG_Q_OUTPUT_H].is_unsigned, QH.z, g->w_bits[QG_W_R],
                                      g->w_unsigned[QG_W_R], g->w_zp_host[QG_W_R], H3, H);
   if (!gwx.use_f32 || !grh.use_f32 || C < 1 || H < 1) return 0;
-  const int nt = qg_cpu_row_threads(N);
-  /* workspace: int32 P [51, H], hq [2, N, H] and xq [TN, C] at inference; floats Xf [TN, C], Wf [3H, C], Rf [3H, H], accWx [TN, 3H], Hf [N, H], accRh [N, 3H];
-   * bytes xmask [TN, C] at inference */
-  const int64_t ni = QG_C32_ROWS * H + (saved ? 0 : 2 * N * H + TN * C);
-  const int64_t nf = TN * C + H3 * C + H3 * H + TN * H3 + N * H + N * H3;
-  const int64_t nb = saved ? 0 : TN * C;
+  fwd32_args a;
+  memset(&a, 0, sizeof a);
+  a.g = g;
+  a.T = T; a.N = N; a.C = C; a.H = H; a.Hy = y->dims[2];
+  a.y_offset = y_offset; a.reverse = reverse;
+  a.nt = qg_cpu_row_threads(N);
+  a.vnni = cpu_has_vnni() && grid_u8(QX) && grid_u8(QH) && weight_s8(g, QG_W_W) && weight_s8(g, QG_W_R);
+  a.L = lengths ? (const int64_t *)lengths->data : NULL;
+  a.x = (const float *)x->data;
+  a.y = (float *)y->data;
+  a.ring = saved ? T + 1 : 2;
+  a.cb = qg_cell_bytes(cq->narrow);
+  /* workspace (64-byte aligned blocks): int32 P [51, H]; hq [2, N, H], xq [TN, C] and bytes
+   * xmask [TN, C] at inference; then float32 operands and accumulators, or byte operands, packed
+   * weights and int32 accumulators */
+  const int64_t Cp = (C + 3) / 4 * 4, Hp = (H + 3) / 4 * 4, P16 = (H3 + 15) / 16 * 16;
+  int64_t sz[12], nblk = 0;
+  sz[nblk++] = QG_C32_ROWS * H * 4;
+  sz[nblk++] = saved ? 0 : 2 * N * H * 4;
+  sz[nblk++] = saved ? 0 : TN * C * 4;
+  sz[nblk++] = saved ? 0 : TN * C;
+  if (a.vnni) {
+    sz[nblk++] = TN * Cp; sz[nblk++] = N * Hp;
+    sz[nblk++] = s8_bytes(H3, C); sz[nblk++] = s8_bytes(H3, H); sz[nblk++] = 2 * P16 * 4;
+    sz[nblk++] = TN * H3 * 4; sz[nblk++] = N * H3 * 4;
+  } else {
+    sz[nblk++] = (TN * C + H3 * C + H3 * H + N * H + TN * H3 + N * H3) * 4;
+  }
+  int64_t total = 64;
+  for (int64_t i = 0; i < nblk; i++) total += (sz[i] + 63) / 64 * 64;
   char *ws;
-  *st = qg_workspace(ctx, fn, ni * 4 + nf * 4 + nb + 256, (void **)&ws);
+  *st = qg_workspace(ctx, fn, total, (void **)&ws);
   if (*st != QG_OK) return 1;
-  float *Xf = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), *Wf = Xf + TN * C, *Rf = Wf + H3 * C, *accWx = Rf + H3 * H;
-  float *Hf = accWx + TN * H3, *accRh = Hf + N * H;
-  int32_t *P = (int32_t *)(accRh + N * H3), *scratch = P + QG_C32_ROWS * H;
-  int32_t *hqp = saved ? (int32_t *)saved->hq->data : scratch;
-  int32_t *xcodes = saved ? (int32_t *)saved->xq->data : scratch + 2 * N * H;
-  uint8_t *xmask = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(scratch + 2 * N * H + TN * C);
+  char *blk[12];
+  {
+    char *p = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    for (int64_t i = 0; i < nblk; i++) { blk[i] = p; p += (sz[i] + 63) / 64 * 64; }
+  }
+  int32_t *P = (int32_t *)blk[0];
+  a.hq = saved ? (int32_t *)saved->hq->data : (int32_t *)blk[1];
+  a.xq = saved ? (int32_t *)saved->xq->data : (int32_t *)blk[2];
+  a.xmask = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)blk[3];
+  a.cells = saved ? (uint8_t *)saved->cell->data : NULL;
   qg_cell32 c;
   if (!cell32_prepare(g, &c, P, 1)) return 0;
-  /* 1. centered weight codes (x is quantized and W x multiplied per thread, for its rows) */
-  const float *xp = (const float *)x->data;
-  const int32_t *Wq = g->codes[QG_W_W], *Rq = g->codes[QG_W_R];
-  for (int64_t j = 0; j < H3; j++) {
-    const int32_t zw = g->w_zp[QG_W_W][j], zr = g->w_zp[QG_W_R][j];
-    for (int64_t k = 0; k < C; k++) Wf[j * C + k] = (float)(Wq[j * C + k] - zw);
-    for (int64_t k = 0; k < H; k++) Rf[j * H + k] = (float)(Rq[j * H + k] - zr);
+  a.c = &c;
+  /* 1. the weights as GEMM operands */
+  if (a.vnni) {
+    a.xu = (uint8_t *)blk[4]; a.hu = (uint8_t *)blk[5];
+    a.Wb.packed = (int8_t *)blk[6]; a.Rb.packed = (int8_t *)blk[7];
+    a.Wb.corr = (int32_t *)blk[8]; a.Rb.corr = a.Wb.corr + P16;
+    a.accWxi = (int32_t *)blk[9]; a.accRhi = (int32_t *)blk[10];
+    pack_s8(&a.Wb, g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, (int32_t)(QX.z - QX.qmin));
+    pack_s8(&a.Rb, g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, (int32_t)(QH.z - QH.qmin));
+    if (Hp > H) memset(a.hu, 0, (size_t)(N * Hp));
+  } else {
+    a.Xf = (float *)blk[4]; a.Wf = a.Xf + TN * C; a.Rf = a.Wf + H3 * C; a.Hf = a.Rf + H3 * H; a.accWxf = a.Hf + N * H;
+    a.accRhf = a.accWxf + TN * H3;
+    a.Wb.Kq = C / 4; a.Rb.Kq = H / 4;   /* unused */
+    const int32_t *Wq = g->codes[QG_W_W], *Rq = g->codes[QG_W_R];
+    for (int64_t j = 0; j < H3; j++) {
+      const int32_t zw = g->w_zp[QG_W_W][j], zr = g->w_zp[QG_W_R][j];
+      for (int64_t k = 0; k < C; k++) a.Wf[j * C + k] = (float)(Wq[j * C + k] - zw);
+      for (int64_t k = 0; k < H; k++) a.Rf[j * H + k] = (float)(Rq[j * H + k] - zr);
+    }
   }
-  /* 3. h0 */
-  for (int64_t i = 0; i < N * H; i++) {
-    int m;
-    hqp[i] = (int32_t)qg_quant_real(h0 ? (double)((const float *)h0->data)[i] : 0.0, QH, &m);
+  /* 2. h0 */
+  {
+    int32_t *h = a.hq;
+    if (h0) {
+      for (int64_t i = 0; i < N * H; i++) {
+        int m;
+        h[i] = (int32_t)qg_quant_real((double)((const float *)h0->data)[i], QH, &m);
+      }
+    } else {
+      int m;
+      const int32_t z0 = (int32_t)qg_quant_real(0.0, QH, &m);
+      for (int64_t i = 0; i < N * H; i++) h[i] = z0;
+    }
   }
-  /* 4. padded time steps give zero output */
-  float *yp = (float *)y->data;
-  const int64_t Hy = y->dims[2];
-  if (L)
+  /* 3. padded time steps give zero output */
+  if (a.L)
     for (int64_t n = 0; n < N; n++)
-      for (int64_t t = L[n]; t < T; t++) memset(yp + (t * N + n) * Hy + y_offset, 0, (size_t)H * sizeof(float));
-  /* 5. the steps, rows split over the threads */
-  uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
-  const int cb = qg_cell_bytes(cq->narrow);
-  const int64_t ring = saved ? T + 1 : 2;
-  if (nt > 1) {
+      for (int64_t t = a.L[n]; t < T; t++) memset(a.y + (t * N + n) * a.Hy + y_offset, 0, (size_t)H * sizeof(float));
+  /* 4. the steps, rows split over the threads */
+  if (a.nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
-    QG_PRAGMA(omp parallel num_threads(nt)) {
+    QG_PRAGMA(omp parallel num_threads(a.nt)) {
       const int k = QG_THREAD_NUM();
-      forward32_rows(g, &c, T, N, qg_cpu_part(N, k, nt), qg_cpu_part(N, k + 1, nt), L, reverse, xp, xcodes, xmask, Xf, Wf, accWx,
-                     hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRh);
+      forward32_rows(&a, qg_cpu_part(N, k, a.nt), qg_cpu_part(N, k + 1, a.nt));
     }
     openblas_set_num_threads(blas);
   } else {
-    forward32_rows(g, &c, T, N, 0, N, L, reverse, xp, xcodes, xmask, Xf, Wf, accWx, hqp, ring, yp, Hy, y_offset, cellp, cb, Hf, Rf,
-                   accRh);
+    forward32_rows(&a, 0, N);
   }
   if (hn) {
     float *o = (float *)hn->data;
-    const int32_t *last = hqp + (T % ring) * N * H;
+    const int32_t *last = a.hq + (T % a.ring) * N * H;
     for (int64_t i = 0; i < N * H; i++) o[i] = (float)qg_deq(last[i], QH);
   }
   return 1;
