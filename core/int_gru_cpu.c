@@ -19,6 +19,7 @@
  *   runs on one thread (calibration is not time-critical).
  */
 #include "backend.h"
+#include "cpu_gemm.h"
 #include "cpu_threads.h"
 #include "int_gru.h"
 #include "stats.h"
@@ -845,6 +846,9 @@ typedef struct {
   double *acc;                          /* per-row bias sums [N, 4H] */
   float *dx, *dW, *dR, *dbx, *dbr;
   float *dh_first;
+  int pack;                             /* GEMM operands packed (cpu_gemm.h), else CBLAS */
+  gmat Br, Bw;                          /* R~ [3H, H] (dq R~), W~ [3H, C] (dx) */
+  gmat Bh, Bx;                          /* h~ [TN, H] (dR), x~ [TN, C] (dW): packed from the codes */
 } bwd32_args;
 
 /* (float)deq of n codes: (float)((double)(c - z) 2^-e), as qg_deq. */
@@ -852,6 +856,22 @@ QG_CLONES static void deq_codes(const int32_t *restrict c, int64_t n, qg_qp q, f
   const double sc = ldexp(1.0, -q.e);
   const int32_t z = q.z;
   for (int64_t i = 0; i < n; i++) out[i] = (float)((double)((int64_t)c[i] - z) * sc);
+}
+
+/* Panels [p0, p1) of b (non-transposed, [K, Nc]) whose element (k, n) is deq(codes[k Nc + n]):
+ * the dequantized inputs packed straight from the saved codes. */
+QG_CLONES static void pack_deq(const gmat *b, const int32_t *restrict codes, qg_qp q, int64_t p0, int64_t p1) {
+  const int64_t Nc = b->Nc, K = b->K;
+  const double sc = ldexp(1.0, -q.e);
+  const int32_t z = q.z;
+  for (int64_t p = p0; p < p1; p++)
+    for (int64_t k = 0; k < K; k++) {
+      float *dst = b->packed + (p * K + k) * 16;
+      for (int64_t c = 0; c < 16; c++) {
+        const int64_t n = p * 16 + c;
+        dst[c] = n < Nc ? (float)((double)((int64_t)codes[k * Nc + n] - z) * sc) : 0.0f;
+      }
+    }
 }
 
 /* The time loop for rows [n0, n1); returns the buffer holding dL/dh_0 (the same for every row
@@ -862,7 +882,7 @@ static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
   const int cb = qg_cell_bytes(1);
   const qg_qp QX = g->cell.a[QG_Q_INPUT_X], QH = g->cell.a[QG_Q_OUTPUT_H];
   float *dh = a->dh, *dh_next = a->dh_next, *dp = a->dp, *dq = a->dq;
-  for (int64_t s = 0; s < T && nb > 0; s++) {
+  for (int64_t s = 0; s < T && nb > 0 && !a->pack; s++) {
     deq_codes(a->xq + (s * N + n0) * C, nb * C, QX, a->Xf + (s * N + n0) * C);
     deq_codes(a->hq + (s * N + n0) * H, nb * H, QH, a->Hf + (s * N + n0) * H);
   }
@@ -885,9 +905,7 @@ static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
       else
         ste_row_nody(&a->k, H, rec, hprev + n * H, dh + n * H, dp + (t * N + n) * H3, dqr, a->acc + n * 4 * H, dh_next + n * H);
     }
-    if (nb > 0 && H > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)H, (int)H3, 1.0f, dq + (s * N + n0) * H3, (int)H3,
-                  g->fq[QG_W_R], (int)H, 1.0f, dh_next + n0 * H, (int)H);
+    if (nb > 0 && H > 0) gemm_b(nb, dq + (s * N + n0) * H3, H3, &a->Br, dh_next + n0 * H, H, 1);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
   }
   return dh;
@@ -899,6 +917,22 @@ static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
  * the thread count or on which thread runs which task. */
 enum { QG_BWD_TASKS = 8 };
 
+/* out [nj, Nc] = A^T B over the TN sums, A = the columns of dp or dq from a0 (ld 3H), B = b's
+ * operand (packed: in blocks of 256 sums, so a block of it stays in the cache; else CBLAS on the
+ * unpacked copy). */
+static void gemm_sums(const bwd32_args *a, int64_t nj, const float *a0, const gmat *b, const float *unpacked, float *out) {
+  const int64_t TN = a->T * a->N, H3 = 3 * a->H, Nc = b->Nc;
+#ifdef QG_HAVE_AVX512_KERNEL
+  if (a->pack) {
+    for (int64_t k0 = 0; k0 < TN; k0 += 256)
+      gemm_packed(nj, a0, 1, H3, b, k0, k0 + 256 < TN ? k0 + 256 : TN, out, Nc, k0 > 0);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nj, (int)Nc, (int)TN, 1.0f, a0, (int)H3, unpacked, (int)Nc, 0.0f, out,
+              (int)Nc);
+}
+
 static void backward_fast_task(const bwd32_args *a, int i) {
   const qg_int_gru *g = a->g;
   const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, TN = T * N;
@@ -906,21 +940,18 @@ static void backward_fast_task(const bwd32_args *a, int i) {
   const int64_t j0 = qg_cpu_part(H3, i, QG_BWD_TASKS), j1 = qg_cpu_part(H3, i + 1, QG_BWD_TASKS);
   if (TN <= 0 || H <= 0) return;
   if (a->dx && C > 0 && r1 > r0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)C, (int)H3, 1.0f, a->dp + r0 * H3, (int)H3,
-                g->fq[QG_W_W], (int)C, 0.0f, a->tmpX + r0 * C, (int)C);
+    gemm_b(r1 - r0, a->dp + r0 * H3, H3, &a->Bw, a->tmpX + r0 * C, C, 0);
     const uint8_t *xm = a->xmask;
     for (int64_t e = r0 * C; e < r1 * C; e++) a->dx[e] += xm[e] ? a->tmpX[e] : 0.0f;
   }
   if (j1 <= j0) return;
   const int64_t nj = j1 - j0;
   if (C > 0) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nj, (int)C, (int)TN, 1.0f, a->dp + j0, (int)H3, a->Xf, (int)C, 0.0f,
-                a->tmpW + j0 * C, (int)C);
+    gemm_sums(a, nj, a->dp + j0, &a->Bx, a->Xf, a->tmpW + j0 * C);
     const uint8_t *wm = g->mask[QG_W_W];
     for (int64_t e = j0 * C; e < j1 * C; e++) a->dW[e] += wm[e] ? a->tmpW[e] : 0.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nj, (int)H, (int)TN, 1.0f, a->dq + j0, (int)H3, a->Hf, (int)H, 0.0f,
-              a->tmpR + j0 * H, (int)H);
+  gemm_sums(a, nj, a->dq + j0, &a->Bh, a->Hf, a->tmpR + j0 * H);
   const uint8_t *rm = g->mask[QG_W_R];
   for (int64_t e = j0 * H; e < j1 * H; e++) a->dR[e] += rm[e] ? a->tmpR[e] : 0.0f;
   /* biases: dbx gets the z, r, g pre-activation sums, dbr those of z, r and of Rh_g + br_g */
@@ -936,6 +967,12 @@ static void backward_fast_task(const bwd32_args *a, int i) {
 
 static void backward_fast_thread(bwd32_args *a, int k) {
   const int nt = a->nt;
+  if (a->pack) {   /* x~ and h~ packed from the codes, split by panels */
+    const qg_qp QX = a->g->cell.a[QG_Q_INPUT_X], QH = a->g->cell.a[QG_Q_OUTPUT_H];
+    const int64_t px = (a->C + 15) / 16, ph = (a->H + 15) / 16;
+    pack_deq(&a->Bx, a->xq, QX, qg_cpu_part(px, k, nt), qg_cpu_part(px, k + 1, nt));
+    pack_deq(&a->Bh, a->hq, QH, qg_cpu_part(ph, k, nt), qg_cpu_part(ph, k + 1, nt));
+  }
   float *r = backward_fast_rows(a, qg_cpu_part(a->N, k, nt), qg_cpu_part(a->N, k + 1, nt));
   if (k == 0) a->dh_first = r;
   QG_PRAGMA(omp barrier)   /* every row's dp, dq, sums and dequantized inputs are complete */
@@ -967,15 +1004,29 @@ static qg_status backward_fast(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_ten
   for (int j = 0; j < 3; j++) { a.k.val[j] = g->bwd.val[j]; a.k.der[j] = g->bwd.der[j]; }
   a.k.sh = ldexp(1.0, -QH.e); a.k.srh = ldexp(1.0, -QRH.e);
   a.k.zh = QH.z; a.k.zrh = QRH.z; a.k.rh_qmin = (int32_t)QRH.qmin;
-  /* workspace: doubles acc [N, 4H]; floats dp, dq [TN, 3H], dh, dh_next [N, H], Xf [TN, C],
-   * Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H] */
-  const int64_t nf = 2 * TN * H3 + 2 * N * H + 2 * TN * C + TN * H + H3 * C + H3 * H;
+  /* workspace: doubles acc [N, 4H]; floats dp, dq [TN, 3H], dh, dh_next [N, H], tmpX [TN, C],
+   * tmpW [3H, C], tmpR [3H, H], then Xf [TN, C] and Hf [TN, H] (CBLAS) or the packed operands */
+  a.pack = use_packed();
+  const int64_t nop = a.pack ? packed_floats(H, H3) + packed_floats(C, H3) + packed_floats(H, TN) + packed_floats(C, TN) : TN * C + TN * H;
+  const int64_t nf = 2 * TN * H3 + 2 * N * H + TN * C + H3 * C + H3 * H + nop;
   double *ws;
-  QG_CHECK(qg_workspace(ctx, fn, 4 * N * H * 8 + nf * 4 + 64, (void **)&ws));
+  QG_CHECK(qg_workspace(ctx, fn, 4 * N * H * 8 + nf * 4 + 128, (void **)&ws));
   a.acc = ws;
   memset(a.acc, 0, (size_t)(4 * N * H) * sizeof(double));
   a.dp = (float *)(ws + 4 * N * H); a.dq = a.dp + TN * H3; a.dh = a.dq + TN * H3; a.dh_next = a.dh + N * H;
-  a.Xf = a.dh_next + N * H; a.Hf = a.Xf + TN * C; a.tmpX = a.Hf + TN * H; a.tmpW = a.tmpX + TN * C; a.tmpR = a.tmpW + H3 * C;
+  a.tmpX = a.dh_next + N * H; a.tmpW = a.tmpX + TN * C; a.tmpR = a.tmpW + H3 * C;
+  float *ops = (float *)(((uintptr_t)(a.tmpR + H3 * H) + 63) & ~(uintptr_t)63);
+  a.Br = (gmat){g->fq[QG_W_R], 0, H, H3, NULL};
+  a.Bw = (gmat){g->fq[QG_W_W], 0, C, H3, NULL};
+  if (a.pack) {
+    a.Br.packed = ops; a.Bw.packed = a.Br.packed + packed_floats(H, H3);
+    a.Bh = (gmat){NULL, 0, H, TN, a.Bw.packed + packed_floats(C, H3)};
+    a.Bx = (gmat){NULL, 0, C, TN, a.Bh.packed + packed_floats(H, TN)};
+    pack_b(&a.Br);
+    pack_b(&a.Bw);
+  } else {
+    a.Xf = ops; a.Hf = a.Xf + TN * C;
+  }
   if (dhn) memcpy(a.dh, dhn->data, (size_t)(N * H) * sizeof(float));
   else memset(a.dh, 0, (size_t)(N * H) * sizeof(float));
   a.dh_first = a.dh;
