@@ -244,8 +244,7 @@ qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, co
   const float *wp = (const float *)w->data;
   int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
   for (int64_t r = 0; r < rows; r++) {
-    range_reset(row);
-    memset(counts, 0, QG_STATS_BINS * sizeof(int64_t));
+    range_reset(row);   /* no histogram yet: this pass reads and writes min and max only */
     for (int64_t c = 0; c < cols; c++) qg_stats_observe(row, counts, wp[r * cols + c]);
     if (method != QG_CALIB_MINMAX) {
       range_begin_hist(row);

@@ -28,6 +28,36 @@
 #include <string.h>
 
 
+/* Loops compiled for x86-64-v3 and v4 too, picked at load time (GCC on x86-64 Linux). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define QG_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define QG_CLONES
+#endif
+#if defined(__GNUC__)
+#define QG_INLINE static inline __attribute__((always_inline))
+#define QG_FLATTEN __attribute__((flatten))
+#else
+#define QG_INLINE static inline
+#define QG_FLATTEN
+#endif
+
+/* One channel of a weight: codes, fake-quantized values and masks of n values, element for
+ * element qg_quant_real and qg_deq (x 2^e and (q - z) 2^-e are exact in double). */
+QG_CLONES static void quantize_channel(const float *restrict x, int64_t n, qg_qp q, int32_t *restrict codes, float *restrict fq,
+                                       uint8_t *restrict mask) {
+  const double sc = ldexp(1.0, q.e), isc = ldexp(1.0, -q.e), lo = (double)q.qmin, hi = (double)q.qmax, z = (double)q.z;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = nearbyint((double)x[i] * sc) + z;
+    const int m = (r >= lo) & (r <= hi);
+    double c = r < lo ? lo : (r > hi ? hi : r);
+    c = c == c ? c : z;   /* NaN: the code of zero */
+    codes[i] = (int32_t)(int64_t)c;
+    fq[i] = (float)((c - z) * isc);
+    mask[i] = (uint8_t)m;
+  }
+}
+
 qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                           const qg_tensor *bx, const qg_tensor *br) {
   (void)ctx;
@@ -38,14 +68,7 @@ qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_t
     const float *xp = (const float *)src[w]->data;
     for (int64_t j = 0; j < H3; j++) {
       const qg_qp q = qg_qp_make(g->w_bits[w], g->w_unsigned[w], g->w_exp[w][j], g->w_zp[w][j]);
-      for (int64_t c = 0; c < cols; c++) {
-        const int64_t i = j * cols + c;
-        int m;
-        const int64_t code = qg_quant_real((double)xp[i], q, &m);
-        g->codes[w][i] = (int32_t)code;
-        g->fq[w][i] = (float)qg_deq(code, q);
-        g->mask[w][i] = (uint8_t)m;
-      }
+      quantize_channel(xp + j * cols, cols, q, g->codes[w] + j * cols, g->fq[w] + j * cols, g->mask[w] + j * cols);
     }
   }
   return QG_OK;
@@ -197,16 +220,6 @@ static inline void forward_steps(const qg_int_gru *g, int64_t T, int64_t N, int6
  * the W x accumulators stay float32 (exact integers) and are requantized inside the cell, per
  * step the R h GEMM of a thread's rows and one vectorized pass over each row's units. */
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define QG_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define QG_CLONES
-#endif
-#if defined(__GNUC__)
-#define QG_INLINE static inline __attribute__((always_inline))
-#else
-#define QG_INLINE static inline
-#endif
 
 /* quant of n values of x to q: codes, masks and the centered codes as floats (GEMM operand).
  * x 2^e is exact in double, so this is qg_quant_real element for element. */
@@ -391,12 +404,6 @@ QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void
     if (train) qg_cell_narrow_words(q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, rec + 3 * i);
   }
 }
-
-#if defined(__GNUC__)
-#define QG_FLATTEN __attribute__((flatten))
-#else
-#define QG_FLATTEN
-#endif
 
 QG_CLONES QG_FLATTEN static void cell32_row(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
                                  int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint) {
