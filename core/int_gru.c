@@ -319,6 +319,8 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
   return QG_DISPATCH(ctx, g->device, int_gru_forward, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse);
 }
 
+int qg_int_gru_cell_path(const qg_int_gru *g) { return g ? g->cell_path : QG_CELL_NONE; }
+
 qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                               qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
                               const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,

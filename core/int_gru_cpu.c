@@ -598,6 +598,7 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
     for (int64_t n = 0; n < N; n++)
       for (int64_t t = a.L[n]; t < T; t++) memset(a.y + (t * N + n) * a.Hy + y_offset, 0, (size_t)H * sizeof(float));
   /* 4. the steps, rows split over the threads */
+  g->cell_path = a.vnni ? QG_CELL_32_BYTES : QG_CELL_32;
   if (a.nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
@@ -720,6 +721,7 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
     if (b > ebr[1]) ebr[1] = b;
   }
   const int wide = !qg_cell_fits64(g->act, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+  g->cell_path = wide ? QG_CELL_128 : QG_CELL_64;
 #define QG_FORWARD_STEPS(n0, n1, WIDE, OBS)                                                                                   \
   forward_steps(g, T, N, n0, n1, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, \
                 mRh, WIDE, OBS, st)
