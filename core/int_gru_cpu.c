@@ -58,6 +58,13 @@ QG_CLONES static void quantize_channel(const float *restrict x, int64_t n, qg_qp
   }
 }
 
+/* (float)deq of n codes: (float)((double)(c - z) 2^-e), as qg_deq. */
+QG_CLONES static void deq_codes(const int32_t *restrict c, int64_t n, qg_qp q, float *restrict out) {
+  const double sc = ldexp(1.0, -q.e);
+  const int32_t z = q.z;
+  for (int64_t i = 0; i < n; i++) out[i] = (float)((double)((int64_t)c[i] - z) * sc);
+}
+
 qg_status qg_cpu_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                           const qg_tensor *bx, const qg_tensor *br) {
   (void)ctx;
@@ -610,11 +617,7 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
   } else {
     forward32_rows(&a, 0, N);
   }
-  if (hn) {
-    float *o = (float *)hn->data;
-    const int32_t *last = a.hq + (T % a.ring) * N * H;
-    for (int64_t i = 0; i < N * H; i++) o[i] = (float)qg_deq(last[i], QH);
-  }
+  if (hn) deq_codes(a.hq + (T % a.ring) * N * H, N * H, QH, (float *)hn->data);
   return 1;
 }
 
@@ -860,12 +863,6 @@ typedef struct {
   gmat Bh, Bx;                          /* h~ [TN, H] (dR), x~ [TN, C] (dW): packed from the codes */
 } bwd32_args;
 
-/* (float)deq of n codes: (float)((double)(c - z) 2^-e), as qg_deq. */
-QG_CLONES static void deq_codes(const int32_t *restrict c, int64_t n, qg_qp q, float *restrict out) {
-  const double sc = ldexp(1.0, -q.e);
-  const int32_t z = q.z;
-  for (int64_t i = 0; i < n; i++) out[i] = (float)((double)((int64_t)c[i] - z) * sc);
-}
 
 /* Panels [p0, p1) of b (non-transposed, [K, Nc]) whose element (k, n) is deq(codes[k Nc + n]):
  * the dequantized inputs packed straight from the saved codes. */
