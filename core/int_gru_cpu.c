@@ -1,22 +1,33 @@
 /*
  * int_gru_cpu.c: the CPU backend of the integer GRU layer (int_gru.c validated the arguments).
  *
- * Forward of one layer and direction:
- *   weights -> per-channel codes, fake-quantized values and masks (kept in the layer);
- *   x -> input.x codes; one exact GEMM of centered codes for W x over all steps (integers in fp32
- *   when every partial sum stays below 2^24, e.g. 8-bit codes and K <= 256, else in fp64),
- *   requantized to matmul.Wx; per step one GEMM R h (h held as output.h codes) requantized to
- *   matmul.Rh, then the shared integer cell (int_gru_cell.h) for every valid (row, unit).
- * Backward: per step the shared STE cell and one GEMM dh += dq R~; after the loop the GEMMs of
- *   dx, dW, dR over all steps and the bias sums in a fixed order (deterministic).
+ * Two forwards, picked once per call, bit-exact with each other and with tests/lua/qref.lua:
+ *   the 32-bit forward (no observer; every operator of at most 16 bits and the bounds of
+ *     int_gru_cell.h's qg_cell32_setup / qg_cell32_unit, e.g. every 8-bit config): per thread
+ *     (a block of batch rows for the whole recurrence, no synchronisation per step) x is
+ *     quantized and W x multiplied for all steps, then per step R h and one pass of the 32-bit
+ *     cell over each row's units, vectorized (16 units per AVX-512 vector), which also
+ *     requantizes the W x and R h accumulators. The GEMMs of codes are exact: on bytes with
+ *     AVX-512 VNNI where the CPU has it and x, h have at most 8 bits and the centered weight codes
+ *     fit a signed byte (gemm_u8s8), else float32 (exact below 2^24). Training packs the saved
+ *     state as 32-bit words (qg_cell_narrow_words, the layout of qg_cell_pack).
+ *   the general forward (the statistics observer, wider operators): one GEMM of centered codes for
+ *     W x over all steps (fp32 or fp64, exact; simulated in fp64 above 16 bits), requantized to
+ *     matmul.Wx; per step R h requantized to matmul.Rh, then qg_cell_forward on 64 or 128 bits.
+ * Backward (STE, float32): where the saved state is narrow and the tables exist, one parallel
+ *   region: per thread its rows' recurrence (the STE cell vectorized over units, then dh += dq R~
+ *   with R~ packed once, cpu_gemm.h), bias sums per row in double; after a barrier the weight
+ *   gradients as QG_BWD_TASKS tasks of a fixed split (dx, dW, dR with x~ and h~ packed straight
+ *   from the saved codes; the bias columns summed over rows in row order). Elsewhere the general
+ *   backward (scalar cell, bias sums over (step, row) in a fixed order).
  * Variable lengths: step s is valid for row n iff s < lengths[n], at time t = reverse ?
  *   lengths[n] - 1 - s : s; invalid steps keep the state, write y = 0 and pass dh through.
- * Threads: every batch row runs its own recurrence, so the time loops of the forward and the
- *   backward are split by batch rows over the threads (OpenMP, as many as OpenBLAS is set to use),
- *   each thread calling single-threaded BLAS on its rows, with no synchronisation per step. The
- *   per-row results do not depend on the split, and the bias gradients are summed after the loop
- *   in one fixed order, so results are identical for any thread count. The statistics observer
- *   runs on one thread (calibration is not time-critical).
+ * Threads: rows are split over the threads (OpenMP, as many as OpenBLAS is set to use), each
+ *   calling single-threaded BLAS. A row's results do not depend on the split and every sum
+ *   across rows runs in one fixed order, so results are identical for any thread count
+ *   (int_gru_paths_spec). The statistics observer runs on one thread.
+ * Floating-point contraction is off for this file (CMakeLists.txt), so the STE math rounds the
+ *   same in every target clone and as in the CUDA kernels.
  */
 #include "backend.h"
 #include "cpu_gemm.h"

@@ -6,12 +6,14 @@
  * tests/lua/quant_step_spec.lua) for every quantizer setting its bounds accept: random
  * bitwidths (2..16), signedness, exponents (left and right shifts, shifts beyond 30) and zero
  * points, random tables, bias codes and accumulators from 0 to 2^24, ties included. Also checks
- * that the bounds accept the common 8-bit settings and refuse settings past them.
+ * that the bounds accept the common 8-bit settings and refuse settings past them, and that the
+ * saved state written as 32-bit words (qg_cell_narrow_words) is qg_cell_pack's, byte for byte.
  */
 #include "int_gru_cell.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int failures = 0, checks = 0;
 #define CHECK(cond) do { checks++; if (!(cond)) { failures++; if (failures < 20) fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
@@ -98,6 +100,12 @@ static int one_layer(int wide_exps, int *n_compared) {
                         (int32_t)hprev, &o);
       CHECK(o.h == ref.h && o.zpre == ref.zpre && o.rpre == ref.rpre && o.gpre == ref.gpre && o.rhb == ref.rhb &&
             o.mask == ref.mask);
+      /* the saved state as 32-bit words is qg_cell_pack's narrow layout, byte for byte */
+      uint8_t packed[12];
+      uint32_t words[3];
+      qg_cell_pack(packed, &q, &ref);
+      qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, words);
+      CHECK(memcmp(packed, words, 12) == 0);
       (*n_compared)++;
     }
   }
