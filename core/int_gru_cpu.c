@@ -162,6 +162,13 @@ static inline void observe_op(stat_rows st, int op, double v) {
 
 static inline int64_t length_of(const int64_t *L, int64_t n, int64_t T) { return L ? L[n] : T; }
 
+/* The vectorized paths run their recurrences in chunks of QG_ROW_CHUNK batch rows, handed to the
+ * threads dynamically: a thread the system delays (a shared machine) holds the others up by one
+ * chunk at most. The chunks do not depend on the thread count. */
+enum { QG_ROW_CHUNK = 16 };
+static inline int64_t row_chunks(int64_t N) { return (N + QG_ROW_CHUNK - 1) / QG_ROW_CHUNK; }
+static inline int64_t chunk_end(int64_t N, int64_t ch) { return (ch + 1) * QG_ROW_CHUNK < N ? (ch + 1) * QG_ROW_CHUNK : N; }
+
 /* Per-channel bias terms of unit i (centered codes and exponents), gate rows z, r, g. */
 static inline void bias_terms(const qg_int_gru *g, const int32_t *bxc, const int32_t *brc, int64_t i, qg_cell_in *in) {
   const int64_t H = g->H;
@@ -620,13 +627,11 @@ static int forward32(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_
   if (a.nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
-    QG_PRAGMA(omp parallel num_threads(a.nt)) {
-      const int k = QG_THREAD_NUM();
-      forward32_rows(&a, qg_cpu_part(N, k, a.nt), qg_cpu_part(N, k + 1, a.nt));
-    }
+    QG_PRAGMA(omp parallel for num_threads(a.nt) schedule(dynamic, 1))
+    for (int64_t ch = 0; ch < row_chunks(N); ch++) forward32_rows(&a, ch * QG_ROW_CHUNK, chunk_end(N, ch));
     openblas_set_num_threads(blas);
   } else {
-    forward32_rows(&a, 0, N);
+    for (int64_t ch = 0; ch < row_chunks(N); ch++) forward32_rows(&a, ch * QG_ROW_CHUNK, chunk_end(N, ch));
   }
   if (hn) deq_codes(a.hq + (T % a.ring) * N * H, N * H, QH, (float *)hn->data);
   return 1;
@@ -891,9 +896,9 @@ QG_CLONES static void pack_deq(const gmat *b, const int32_t *restrict codes, qg_
     }
 }
 
-/* The time loop for rows [n0, n1); returns the buffer holding dL/dh_0 (the same for every row
- * block, as each runs T steps). Also the dequantized x and h_{t-1} of these rows (dW, dR). */
-static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
+/* The time loop for rows [n0, n1), dh and dh_next swapping after each step (dL/dh_0 ends in dh
+ * when T is even). Also the dequantized x and h_{t-1} of these rows (dW, dR) without packing. */
+static void backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
   const qg_int_gru *g = a->g;
   const int64_t T = a->T, N = a->N, C = a->C, H = a->H, H3 = 3 * H, nb = n1 - n0;
   const int cb = qg_cell_bytes(1);
@@ -925,7 +930,6 @@ static float *backward_fast_rows(const bwd32_args *a, int64_t n0, int64_t n1) {
     if (nb > 0 && H > 0) gemm_b(nb, dq + (s * N + n0) * H3, H3, &a->Br, dh_next + n0 * H, H, 1);
     float *tmp = dh; dh = dh_next; dh_next = tmp;
   }
-  return dh;
 }
 
 /* The weight-gradient tasks: task i of QG_BWD_TASKS takes its share of the rows of dx, of the
@@ -990,9 +994,9 @@ static void backward_fast_thread(bwd32_args *a, int k) {
     pack_deq(&a->Bx, a->xq, QX, qg_cpu_part(px, k, nt), qg_cpu_part(px, k + 1, nt));
     pack_deq(&a->Bh, a->hq, QH, qg_cpu_part(ph, k, nt), qg_cpu_part(ph, k + 1, nt));
   }
-  float *r = backward_fast_rows(a, qg_cpu_part(a->N, k, nt), qg_cpu_part(a->N, k + 1, nt));
-  if (k == 0) a->dh_first = r;
-  QG_PRAGMA(omp barrier)   /* every row's dp, dq, sums and dequantized inputs are complete */
+  QG_PRAGMA(omp for schedule(dynamic, 1))
+  for (int64_t ch = 0; ch < row_chunks(a->N); ch++) backward_fast_rows(a, ch * QG_ROW_CHUNK, chunk_end(a->N, ch));
+  /* (the implicit barrier: every row's dp, dq, sums and dequantized inputs are complete) */
   QG_PRAGMA(omp for schedule(dynamic, 1))
   for (int i = 0; i < QG_BWD_TASKS; i++) backward_fast_task(a, i);
 }
@@ -1046,7 +1050,7 @@ static qg_status backward_fast(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_ten
   }
   if (dhn) memcpy(a.dh, dhn->data, (size_t)(N * H) * sizeof(float));
   else memset(a.dh, 0, (size_t)(N * H) * sizeof(float));
-  a.dh_first = a.dh;
+  a.dh_first = T % 2 == 0 ? a.dh : a.dh_next;
   if (a.nt > 1) {
     const int blas = openblas_get_num_threads();
     openblas_set_num_threads(1);
