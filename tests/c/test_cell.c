@@ -101,7 +101,7 @@ static int one_layer(int wide_exps, int *n_compared) {
       CHECK(o.h == ref.h && o.zpre == ref.zpre && o.rpre == ref.rpre && o.gpre == ref.gpre && o.rhb == ref.rhb &&
             o.mask == ref.mask);
       /* the saved state as 32-bit words is qg_cell_pack's narrow layout, byte for byte */
-      uint8_t packed[12];
+      uint8_t packed[20];   /* qg_cell_pack writes 20 bytes when not narrow */
       uint32_t words[3];
       qg_cell_pack(packed, &q, &ref);
       qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, words);
