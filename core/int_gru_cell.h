@@ -7,8 +7,12 @@
  * state. The CPU loop (int_gru_cpu.c) and the CUDA kernels call exactly this code, so the
  * integer forward is bit-exact across devices by construction, not by retyping.
  *
- * Variants are compile-time: qg_cell_forward's `observe` is passed as a literal 0 or 1 by its
- * callers, so the compiler drops the statistics work from the training and inference loops.
+ * Two arithmetic forms of the same update, bit-exact with each other: qg_cell_forward (64- or
+ * 128-bit sums, any bitwidth, optional statistics) and qg_cell32_forward (32-bit lanes with
+ * per-unit constants resolved once per forward, for layers within its bounds; written so a loop
+ * over units vectorizes). Variants are compile-time: qg_cell_forward's `observe` is passed as a
+ * literal 0 or 1 by its callers, so the compiler drops the statistics work from the training and
+ * inference loops.
  * Everything here is integer or exact (ldexp) except the STE cell's float32 math and the
  * >16-bit activation fallback (f in double, documented as not integer-deployable).
  */
@@ -234,7 +238,7 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
  * of each requantization (qg_cell32_unit). What is left per (step, row, unit) is branch-free
  * 32-bit integer arithmetic and table look-ups, so a loop over units vectorizes (16 units per
  * AVX-512 vector on the CPU) and a GPU thread runs one unit. The results equal qg_cell_forward's
- * bit for bit (tests/c/test_core.c compares them on random quantizers and inputs). */
+ * bit for bit (tests/c/test_cell.c compares them on random quantizers and inputs). */
 
 /* Rounding constants of v * 2^-k, rounded half to even, for |v| < 2^29 (qg_rs32_make). v is
  * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^29), then shifted right by
