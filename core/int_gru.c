@@ -109,8 +109,10 @@ qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bit
   if (exps->device != QG_CPU || zps->device != QG_CPU)
     return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are given as cpu tensors", qg_weight_name(w));
   const int32_t *ep = (const int32_t *)exps->data, *zp = (const int32_t *)zps->data;
+  const qg_qp grid = qg_qp_make(bitwidth >= 1 && bitwidth <= 32 ? bitwidth : 8, is_unsigned, 0, 0);
   for (int64_t j = 0; j < H3; j++) {
-    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);
+    if (bitwidth >= 1 && bitwidth <= 32 && ep[j] >= -31 && ep[j] <= 31 && zp[j] >= grid.qmin && zp[j] <= grid.qmax) continue;
+    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);   /* named only when it fails */
     QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
   }
   QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
@@ -316,6 +318,8 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
   g->weights_quantized = 1;
   return QG_DISPATCH(ctx, g->device, int_gru_forward, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse);
 }
+
+int qg_int_gru_cell_path(const qg_int_gru *g) { return g ? g->cell_path : QG_CELL_NONE; }
 
 qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                               qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,

@@ -38,6 +38,7 @@ struct qg_int_gru {
   int tables_dirty;
   qg_cell_q cell;                 /* resolved quantizers + forward tables */
   qg_cell_tables bwd;             /* value / derivative tables (NULL entries when pre > 16 bits) */
+  int cell_path;                  /* QG_CELL_* of the last forward (set by the backend) */
 };
 
 /* The weight's rows x cols (W [3H, C], R [3H, H], bx and br [3H] x 1). */

@@ -7,8 +7,12 @@
  * state. The CPU loop (int_gru_cpu.c) and the CUDA kernels call exactly this code, so the
  * integer forward is bit-exact across devices by construction, not by retyping.
  *
- * Variants are compile-time: qg_cell_forward's `observe` is passed as a literal 0 or 1 by its
- * callers, so the compiler drops the statistics work from the training and inference loops.
+ * Two arithmetic forms of the same update, bit-exact with each other: qg_cell_forward (64- or
+ * 128-bit sums, any bitwidth, optional statistics) and qg_cell32_forward (32-bit lanes with
+ * per-unit constants resolved once per forward, for layers within its bounds; written so a loop
+ * over units vectorizes). Variants are compile-time: qg_cell_forward's `observe` is passed as a
+ * literal 0 or 1 by its callers, so the compiler drops the statistics work from the training and
+ * inference loops.
  * Everything here is integer or exact (ldexp) except the STE cell's float32 math and the
  * >16-bit activation fallback (f in double, documented as not integer-deployable).
  */
@@ -224,6 +228,261 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
   out->mask = mask;
 }
 
+/* ---- the 32-bit cell --------------------------------------------------------------------------
+ * The same steps 3-8, with the requantizations of W x and R h (step 2) folded in, every
+ * intermediate held in 32 bits, for layers whose bounds allow it (qg_cell32_setup checks them
+ * once per forward): every operator of at most 16 bits, the W x and R h accumulators below 2^24
+ * (exact float32 GEMMs), and every aligned sum and product below 2^29 in magnitude. What depends
+ * only on the quantizers and the bias codes is resolved once per forward: per unit, the
+ * multipliers that align each term, the bias terms aligned and summed, and the rounding constants
+ * of each requantization (qg_cell32_unit). What is left per (step, row, unit) is branch-free
+ * 32-bit integer arithmetic and table look-ups, so a loop over units vectorizes (16 units per
+ * AVX-512 vector on the CPU) and a GPU thread runs one unit. The results equal qg_cell_forward's
+ * bit for bit (tests/c/test_cell.c compares them on random quantizers and inputs). */
+
+/* Rounding constants of v * 2^-k, rounded half to even, for |v| < 2^29 (qg_rs32_make). v is
+ * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^29), then shifted right by
+ * kr >= 1 with ties to even: (v + bias + ((v >> kr) & 1)) >> kr, bias = 2^(kr-1) - 1.
+ * k > 0: l = 0, kr = min(k, 30) (for k > 30 every |v| < 2^29 rounds to 0 either way).
+ * k <= 0: l = min(1 - k, 29), kr = 1 (the extra bit is shifted out again, exactly); a value
+ * beyond 2^28 saturates to +-2^28, which every grid of this cell (16 bits) clamps alike. */
+typedef struct {
+  int32_t lim, mul, kr, bias;
+} qg_rs32;
+
+QG_HD qg_rs32 qg_rs32_make(int k) {
+  qg_rs32 p;
+  int l;
+  if (k > 0) { l = 0; p.kr = k < 30 ? k : 30; }
+  else { l = 1 - k < 29 ? 1 - k : 29; p.kr = 1; }
+  p.lim = (int32_t)1 << (29 - l);
+  p.mul = (int32_t)1 << l;
+  p.bias = ((int32_t)1 << (p.kr - 1)) - 1;
+  return p;
+}
+
+QG_HD int32_t qg_rs32_apply(int32_t v, int32_t lim, int32_t mul, int32_t kr, int32_t bias) {
+  v = v < -lim ? -lim : v;
+  v = v > lim ? lim : v;
+  v *= mul;
+  return (v + bias + ((v >> kr) & 1)) >> kr;   /* >> of a negative value: arithmetic (GCC, nvcc) */
+}
+
+/* A per-tensor quantizer of the 32-bit cell: zero point and grid. */
+typedef struct {
+  int32_t z, qmin, qmax;
+} qg_q32;
+
+/* r + z clamped to the grid; *m the in-range bit. */
+QG_HD int32_t qg_q32_code(int32_t r, qg_q32 q, uint32_t *m) {
+  r += q.z;
+  *m = (uint32_t)(r >= q.qmin) & (uint32_t)(r <= q.qmax);
+  r = r < q.qmin ? q.qmin : r;
+  return r > q.qmax ? q.qmax : r;
+}
+
+/* Rows of the per-unit constants P [QG_C32_ROWS, H] (row r of unit i at P[r H + i]). A
+ * requantization takes four rows (lim, mul, kr, bias of qg_rs32). */
+enum {
+  QG_C32_WX = 0,    /* gates z, r, g: requantization of the W x accumulator of row g H + i (4 rows each) */
+  QG_C32_RH = 12,   /* the same for R h */
+  QG_C32_Z = 24,    /* z_pre: multiplier of W x, of R h, the aligned bias terms, then its requantization */
+  QG_C32_R = 31,    /* r_pre: the same */
+  QG_C32_RHB = 38,  /* Rh_g + br_g: multiplier of R h, the aligned bias term, then its requantization */
+  QG_C32_G = 44,    /* g_pre: multiplier of W x, of rRh, the aligned bias term, then its requantization */
+  QG_C32_ROWS = 51
+};
+
+/* Everything the 32-bit cell reads: the per-unit rows, the per-tensor quantizers and rounding
+ * constants, the forward tables (codes, then masks at + lut_n). */
+typedef struct {
+  const int32_t *P;
+  int64_t H;
+  const int32_t *lut[3];
+  int32_t lut_n[3];
+  qg_q32 wx, rh, zp, rp, gp, zo, ro, go, rrh, old, nw, h;
+  qg_rs32 s_rrh, s_old, s_new, s_h;
+  int32_t m_old, m_new;   /* h = old 2^(emax - e_old) + new 2^(emax - e_new), emax the larger */
+  int32_t one_z;          /* 2^e of gate.z_out: 1 in its scale */
+} qg_cell32;
+
+typedef struct {
+  int32_t h, zpre, rpre, gpre, rhb;
+  uint32_t mask;
+} qg_cell32_out;
+
+QG_HD int64_t qg_cell32_cmax(qg_qp q) { return q.qmax - q.z > q.z - q.qmin ? q.qmax - q.z : q.z - q.qmin; }
+QG_HD qg_q32 qg_q32_of(qg_qp q) {
+  qg_q32 r;
+  r.z = q.z; r.qmin = (int32_t)q.qmin; r.qmax = (int32_t)q.qmax;
+  return r;
+}
+
+/* Largest exponent difference a term may be shifted by (|centered code| >= 1 reaches 2^29 there). */
+enum { QG_C32_SHIFT_MAX = 28, QG_C32_BOUND = 1 << 29 };
+
+/* The per-tensor part of c (P, H left to the caller) from the resolved quantizers q (forward
+ * tables set). Returns 1 when the 32-bit cell is exact for them (the per-unit bounds are checked
+ * by qg_cell32_unit), else 0. gemm_exact: the W x and R h accumulators are integers below 2^24. */
+QG_HD int qg_cell32_setup(qg_cell32 *c, const qg_cell_q *q, int gemm_exact) {
+  const qg_qp *a = q->a;
+  memset(c, 0, sizeof *c);
+  if (!gemm_exact) return 0;
+  for (int k = 0; k < QG_Q_NUM_ACT; k++)
+    if (a[k].qmax - a[k].qmin >= 65536) return 0;   /* at most 16 bits */
+  for (int k = 0; k < 3; k++) {
+    if (!q->lut[k]) return 0;
+    c->lut[k] = q->lut[k];
+    c->lut_n[k] = (int32_t)q->lut_n[k];
+  }
+  c->wx = qg_q32_of(a[QG_Q_MATMUL_WX]); c->rh = qg_q32_of(a[QG_Q_MATMUL_RH]);
+  c->zp = qg_q32_of(a[QG_Q_Z_PRE]); c->rp = qg_q32_of(a[QG_Q_R_PRE]); c->gp = qg_q32_of(a[QG_Q_G_PRE]);
+  c->zo = qg_q32_of(a[QG_Q_Z_OUT]); c->ro = qg_q32_of(a[QG_Q_R_OUT]); c->go = qg_q32_of(a[QG_Q_G_OUT]);
+  c->rrh = qg_q32_of(a[QG_Q_RRH]); c->old = qg_q32_of(a[QG_Q_OLD]); c->nw = qg_q32_of(a[QG_Q_NEW]);
+  c->h = qg_q32_of(a[QG_Q_OUTPUT_H]);
+  const qg_qp QZ = a[QG_Q_Z_OUT], QR = a[QG_Q_R_OUT], QG = a[QG_Q_G_OUT], QRH = a[QG_Q_MATMUL_RH], QH = a[QG_Q_OUTPUT_H];
+  const qg_qp QOLD = a[QG_Q_OLD], QNEW = a[QG_Q_NEW];
+  /* products: r Rhb, z h, (1 - z) g; the h sum */
+  if (qg_cell32_cmax(QR) * qg_cell32_cmax(QRH) >= QG_C32_BOUND) return 0;
+  if (qg_cell32_cmax(QZ) * qg_cell32_cmax(QH) >= QG_C32_BOUND) return 0;
+  if (QZ.e > QG_C32_SHIFT_MAX || (((int64_t)1 << QZ.e) + qg_cell32_cmax(QZ)) * qg_cell32_cmax(QG) >= QG_C32_BOUND) return 0;
+  const int eh = QOLD.e > QNEW.e ? QOLD.e : QNEW.e;
+  if (eh - QOLD.e > QG_C32_SHIFT_MAX || eh - QNEW.e > QG_C32_SHIFT_MAX) return 0;
+  if (qg_cell32_cmax(QOLD) * ((int64_t)1 << (eh - QOLD.e)) + qg_cell32_cmax(QNEW) * ((int64_t)1 << (eh - QNEW.e)) >= QG_C32_BOUND)
+    return 0;
+  c->s_rrh = qg_rs32_make(QR.e + QRH.e - a[QG_Q_RRH].e);
+  c->s_old = qg_rs32_make(QZ.e + QH.e - QOLD.e);
+  c->s_new = qg_rs32_make(QZ.e + QG.e - QNEW.e);
+  c->s_h = qg_rs32_make(eh - QH.e);
+  c->m_old = (int32_t)1 << (eh - QOLD.e);
+  c->m_new = (int32_t)1 << (eh - QNEW.e);
+  c->one_z = (int32_t)1 << QZ.e;
+  return 1;
+}
+
+/* One aligned sum of the 32-bit cell: terms (bound on |centered code|, exponent), n of them;
+ * the first nv are variable (their multipliers go to mul[]), the rest are constant centered codes
+ * (summed into *cst). Requantized to q: its rounding constants go to P rows rq..rq+3. Returns 0
+ * when the sum can reach 2^29. The requantized value depends only on the real value of the sum,
+ * so the common scale is the finest of the terms that can be nonzero (a zero bias at a fine
+ * exponent does not force the others to shift). */
+QG_HD int qg_cell32_sum(int n, int nv, const int64_t *v, const int *e, qg_qp q, int32_t *mul, int32_t *cst, int32_t *P,
+                        int64_t H, int64_t i, int rq) {
+  int emax = e[0];
+  for (int k = 1; k < n; k++) if (e[k] > emax && (k < nv || v[k] != 0)) emax = e[k];
+  int64_t bound = 0, sum = 0;
+  for (int k = 0; k < n; k++) {
+    if (k >= nv && v[k] == 0) continue;   /* a zero bias term: nothing to align */
+    if (emax - e[k] > QG_C32_SHIFT_MAX) return 0;
+    const int64_t m = (int64_t)1 << (emax - e[k]);
+    if (k < nv) { mul[k] = (int32_t)m; bound += v[k] * m; }
+    else { sum += v[k] * m; bound += (v[k] < 0 ? -v[k] : v[k]) * m; }
+  }
+  if (bound >= QG_C32_BOUND) return 0;
+  *cst = (int32_t)sum;
+  const qg_rs32 r = qg_rs32_make(emax - q.e);
+  P[(rq + 0) * H + i] = r.lim; P[(rq + 1) * H + i] = r.mul; P[(rq + 2) * H + i] = r.kr; P[(rq + 3) * H + i] = r.bias;
+  return 1;
+}
+
+/* Unit i's rows of P: e_w and e_r the per-row exponents of W and R (rows g H + i), bx and br the
+ * centered bias codes and ebx, ebr their exponents (gates z, r, g); q the resolved quantizers;
+ * e_x the exponent of input.x, so W x row j sits at scale 2^-(e_w + e_x) (R h: e_r + e_h).
+ * Returns 0 when a bound of the 32-bit cell fails for this unit. */
+QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, const int *e_w, const int *e_r,
+                         const int64_t *bx, const int *ebx, const int64_t *br, const int *ebr) {
+  const qg_qp *a = q->a;
+  const qg_qp QX = a[QG_Q_INPUT_X], QH = a[QG_Q_OUTPUT_H], QWX = a[QG_Q_MATMUL_WX], QRH = a[QG_Q_MATMUL_RH];
+  for (int g = 0; g < 3; g++) {
+    const qg_rs32 w = qg_rs32_make(e_w[g] + QX.e - QWX.e), r = qg_rs32_make(e_r[g] + QH.e - QRH.e);
+    const int bw = QG_C32_WX + 4 * g, brr = QG_C32_RH + 4 * g;
+    P[bw * H + i] = w.lim; P[(bw + 1) * H + i] = w.mul; P[(bw + 2) * H + i] = w.kr; P[(bw + 3) * H + i] = w.bias;
+    P[brr * H + i] = r.lim; P[(brr + 1) * H + i] = r.mul; P[(brr + 2) * H + i] = r.kr; P[(brr + 3) * H + i] = r.bias;
+  }
+  const int64_t cwx = qg_cell32_cmax(QWX), crh = qg_cell32_cmax(QRH), crrh = qg_cell32_cmax(a[QG_Q_RRH]);
+  int32_t mul[2], cst;
+  for (int g = 0; g < 2; g++) {   /* z_pre, r_pre: W x, R h, bx, br */
+    const int64_t v[4] = {cwx, crh, bx[g], br[g]};
+    const int e[4] = {QWX.e, QRH.e, ebx[g], ebr[g]};
+    const int row = g ? QG_C32_R : QG_C32_Z;
+    if (!qg_cell32_sum(4, 2, v, e, a[QG_Q_Z_PRE + g], mul, &cst, P, H, i, row + 3)) return 0;
+    P[row * H + i] = mul[0]; P[(row + 1) * H + i] = mul[1]; P[(row + 2) * H + i] = cst;
+  }
+  {   /* Rh_g + br_g with matmul.Rh's quantizer */
+    const int64_t v[2] = {crh, br[2]};
+    const int e[2] = {QRH.e, ebr[2]};
+    if (!qg_cell32_sum(2, 1, v, e, QRH, mul, &cst, P, H, i, QG_C32_RHB + 2)) return 0;
+    P[QG_C32_RHB * H + i] = mul[0]; P[(QG_C32_RHB + 1) * H + i] = cst;
+  }
+  {   /* g_pre: W x, rRh, bx */
+    const int64_t v[3] = {cwx, crrh, bx[2]};
+    const int e[3] = {QWX.e, a[QG_Q_RRH].e, ebx[2]};
+    if (!qg_cell32_sum(3, 2, v, e, a[QG_Q_G_PRE], mul, &cst, P, H, i, QG_C32_G + 3)) return 0;
+    P[QG_C32_G * H + i] = mul[0]; P[(QG_C32_G + 1) * H + i] = mul[1]; P[(QG_C32_G + 2) * H + i] = cst;
+  }
+  return 1;
+}
+
+/* Steps 2 (requantization) to 8 for unit i of one row: aw*, ar* the W x and R h accumulators of
+ * its rows z, r, g (integers below 2^24), hprev the previous output.h code. */
+QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t awr, int32_t awg, int32_t arz, int32_t arr,
+                             int32_t arg, int32_t hprev, qg_cell32_out *o) {
+  const int32_t *P = c->P;
+  const int64_t H = c->H;
+#define QG_C32P(row) P[(int64_t)(row) * H + i]
+#define QG_C32RQ(v, row) qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3))
+#define QG_C32RS(v, s) qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias)
+  uint32_t m, mask;
+  const int32_t wz = qg_q32_code(QG_C32RQ(awz, QG_C32_WX), c->wx, &m) - c->wx.z;
+  mask = m << QG_MB_WX_Z;
+  const int32_t wr = qg_q32_code(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m) - c->wx.z;
+  mask |= m << QG_MB_WX_R;
+  const int32_t wg = qg_q32_code(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m) - c->wx.z;
+  mask |= m << QG_MB_WX_G;
+  const int32_t rz = qg_q32_code(QG_C32RQ(arz, QG_C32_RH), c->rh, &m) - c->rh.z;
+  mask |= m << QG_MB_RH_Z;
+  const int32_t rr = qg_q32_code(QG_C32RQ(arr, QG_C32_RH + 4), c->rh, &m) - c->rh.z;
+  mask |= m << QG_MB_RH_R;
+  const int32_t rg = qg_q32_code(QG_C32RQ(arg, QG_C32_RH + 8), c->rh, &m) - c->rh.z;
+  mask |= m << QG_MB_RH_G;
+  /* z, r */
+  const int32_t qzpre =
+      qg_q32_code(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
+  mask |= m << QG_MB_ZPRE;
+  const int32_t qrpre =
+      qg_q32_code(QG_C32RQ(wr * QG_C32P(QG_C32_R) + rr * QG_C32P(QG_C32_R + 1) + QG_C32P(QG_C32_R + 2), QG_C32_R + 3), c->rp, &m);
+  mask |= m << QG_MB_RPRE;
+  const int32_t iz = qzpre - c->zp.qmin, ir = qrpre - c->rp.qmin;
+  const int32_t qz = c->lut[0][iz];
+  mask |= (uint32_t)c->lut[0][c->lut_n[0] + iz] << QG_MB_ZOUT;
+  const int32_t qr = c->lut[1][ir];
+  mask |= (uint32_t)c->lut[1][c->lut_n[1] + ir] << QG_MB_ROUT;
+  /* Rh_g + br_g, r * Rhb, g */
+  const int32_t qrhb = qg_q32_code(QG_C32RQ(rg * QG_C32P(QG_C32_RHB) + QG_C32P(QG_C32_RHB + 1), QG_C32_RHB + 2), c->rh, &m);
+  mask |= m << QG_MB_RHB;
+  const int32_t qrrh = qg_q32_code(QG_C32RS((qr - c->ro.z) * (qrhb - c->rh.z), c->s_rrh), c->rrh, &m);
+  mask |= m << QG_MB_RRH;
+  const int32_t qgpre = qg_q32_code(
+      QG_C32RQ(wg * QG_C32P(QG_C32_G) + (qrrh - c->rrh.z) * QG_C32P(QG_C32_G + 1) + QG_C32P(QG_C32_G + 2), QG_C32_G + 3), c->gp, &m);
+  mask |= m << QG_MB_GPRE;
+  const int32_t ig = qgpre - c->gp.qmin;
+  const int32_t qg = c->lut[2][ig];
+  mask |= (uint32_t)c->lut[2][c->lut_n[2] + ig] << QG_MB_GOUT;
+  /* old, new, h */
+  const int32_t cz = qz - c->zo.z;
+  const int32_t qold = qg_q32_code(QG_C32RS(cz * (hprev - c->h.z), c->s_old), c->old, &m);
+  mask |= m << QG_MB_OLD;
+  const int32_t qnew = qg_q32_code(QG_C32RS((c->one_z - cz) * (qg - c->go.z), c->s_new), c->nw, &m);
+  mask |= m << QG_MB_NEW;
+  o->h = qg_q32_code(QG_C32RS((qold - c->old.z) * c->m_old + (qnew - c->nw.z) * c->m_new, c->s_h), c->h, &m);
+  mask |= m << QG_MB_H;
+  o->zpre = qzpre; o->rpre = qrpre; o->gpre = qgpre; o->rhb = qrhb;
+  o->mask = mask;
+#undef QG_C32P
+#undef QG_C32RQ
+#undef QG_C32RS
+}
+
 /* Saved state of one unit: the four codes (as uint16 offsets from qmin when narrow, else int32)
  * followed by the mask word; qg_cell_bytes(narrow) bytes, byte-copied (no alignment needed). */
 QG_HD void qg_cell_pack(uint8_t *dst, const qg_cell_q *q, const qg_cell_out *o) {
@@ -253,6 +512,17 @@ QG_HD void qg_cell_unpack(const uint8_t *src, const qg_cell_q *q, qg_cell_out *o
     o->zpre = c[0]; o->rpre = c[1]; o->gpre = c[2]; o->rhb = c[3];
   }
   o->h = 0;
+}
+
+/* The narrow saved state of one unit (qg_cell_pack with narrow set) as three 32-bit words, as
+ * they lie in memory on a little-endian machine (x86-64, CUDA devices): word 0 = zpre | rpre << 16,
+ * word 1 = gpre | rhb << 16 (offsets from each qmin), word 2 = the mask. A loop over units can
+ * write and read these with 32-bit lanes (stride 3) instead of byte copies. */
+QG_HD void qg_cell_narrow_words(const qg_cell_q *q, int64_t zpre, int64_t rpre, int64_t gpre, int64_t rhb, uint32_t mask,
+                                uint32_t *w) {
+  w[0] = (uint32_t)(zpre - q->a[QG_Q_Z_PRE].qmin) | (uint32_t)(rpre - q->a[QG_Q_R_PRE].qmin) << 16;
+  w[1] = (uint32_t)(gpre - q->a[QG_Q_G_PRE].qmin) | (uint32_t)(rhb - q->a[QG_Q_MATMUL_RH].qmin) << 16;
+  w[2] = mask;
 }
 
 /* Per pre-activation code of activation k: the dequantized output deq_out(act(q)) and the
@@ -285,23 +555,12 @@ typedef struct {
   float dp[3], dq[3], dbx[3], dbr[3], dhprev;
 } qg_cell_grad;
 
-QG_HD void qg_cell_backward(const qg_cell_q *q, const qg_cell_tables *tb, const qg_cell_out *s, int64_t hprev, float dH,
-                            qg_cell_grad *o) {
-  const qg_qp QH = q->a[QG_Q_OUTPUT_H], QRH = q->a[QG_Q_MATMUL_RH];
-  float z, rr, g, dsz, dsr, dtg;
-  if (tb->val[0]) {
-    const int64_t iz = s->zpre - q->a[QG_Q_Z_PRE].qmin, ir = s->rpre - q->a[QG_Q_R_PRE].qmin, ig = s->gpre - q->a[QG_Q_G_PRE].qmin;
-    z = tb->val[0][iz]; rr = tb->val[1][ir]; g = tb->val[2][ig];
-    dsz = tb->der[0][iz]; dsr = tb->der[1][ir]; dtg = tb->der[2][ig];
-  } else {
-    qg_cell_act_value(q, 0, s->zpre, &z, &dsz);
-    qg_cell_act_value(q, 1, s->rpre, &rr, &dsr);
-    qg_cell_act_value(q, 2, s->gpre, &g, &dtg);
-  }
-  const uint32_t mk = s->mask;
+/* The STE cell on values: mk the unit's mask word; z, rr, g the dequantized gate outputs and dsz,
+ * dsr, dtg the derivatives at the dequantized pre-activations (qg_cell_tables); hp and rhb the
+ * dequantized h_{t-1} and Rh_g + br_g; dH as below. */
+QG_HD void qg_cell_backward_values(uint32_t mk, float z, float rr, float g, float dsz, float dsr, float dtg, float hp, float rhb,
+                                   float dH, qg_cell_grad *o) {
 #define QG_MBF(b) ((float)((mk >> (b)) & 1u))
-  const float hp = (float)((double)(hprev - QH.z) * ldexp(1.0, -QH.e));
-  const float rhb = (float)((double)(s->rhb - QRH.z) * ldexp(1.0, -QRH.e));
   const float d = dH * QG_MBF(QG_MB_H);
   const float dold = d * QG_MBF(QG_MB_OLD), dnew = d * QG_MBF(QG_MB_NEW);
   const float dz = dold * hp - dnew * g;
@@ -318,6 +577,24 @@ QG_HD void qg_cell_backward(const qg_cell_q *q, const qg_cell_tables *tb, const 
   o->dbx[0] = dzpre; o->dbx[1] = drpre; o->dbx[2] = dgpre;
   o->dbr[0] = dzpre; o->dbr[1] = drpre; o->dbr[2] = drhb;
   o->dhprev = dold * z;
+}
+
+QG_HD void qg_cell_backward(const qg_cell_q *q, const qg_cell_tables *tb, const qg_cell_out *s, int64_t hprev, float dH,
+                            qg_cell_grad *o) {
+  const qg_qp QH = q->a[QG_Q_OUTPUT_H], QRH = q->a[QG_Q_MATMUL_RH];
+  float z, rr, g, dsz, dsr, dtg;
+  if (tb->val[0]) {
+    const int64_t iz = s->zpre - q->a[QG_Q_Z_PRE].qmin, ir = s->rpre - q->a[QG_Q_R_PRE].qmin, ig = s->gpre - q->a[QG_Q_G_PRE].qmin;
+    z = tb->val[0][iz]; rr = tb->val[1][ir]; g = tb->val[2][ig];
+    dsz = tb->der[0][iz]; dsr = tb->der[1][ir]; dtg = tb->der[2][ig];
+  } else {
+    qg_cell_act_value(q, 0, s->zpre, &z, &dsz);
+    qg_cell_act_value(q, 1, s->rpre, &rr, &dsr);
+    qg_cell_act_value(q, 2, s->gpre, &g, &dtg);
+  }
+  const float hp = (float)((double)(hprev - QH.z) * ldexp(1.0, -QH.e));
+  const float rhb = (float)((double)(s->rhb - QRH.z) * ldexp(1.0, -QRH.e));
+  qg_cell_backward_values(s->mask, z, rr, g, dsz, dsr, dtg, hp, rhb, dH, o);
 }
 
 #endif

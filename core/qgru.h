@@ -445,6 +445,13 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
                              const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                              const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
                              const qg_tensor *h0, const qg_tensor *lengths, int reverse);
+/* Which integer arithmetic the layer's last forward ran (diagnostics and tests; each is bit-exact
+ * with the others): QG_CELL_32 the vectorized cell on 32-bit lanes (int_gru_cell.h qg_cell32_*)
+ * with float32 GEMMs of the codes, QG_CELL_32_BYTES the same with byte GEMMs (AVX-512 VNNI),
+ * QG_CELL_64 and QG_CELL_128 the general cell on 64- or 128-bit integers; QG_CELL_NONE before any
+ * forward, or when the backend does not say. */
+enum { QG_CELL_NONE = 0, QG_CELL_32 = 1, QG_CELL_32_BYTES = 2, QG_CELL_64 = 3, QG_CELL_128 = 4 };
+int qg_int_gru_cell_path(const qg_int_gru *g);
 /* Straight-through backward of QUANT_SPEC.md section 4 (float32), after a training forward.
  *   dx [T, N, C] ACCUMULATED (masked by input.x), or NULL; dW, dR, dbx, dbr ACCUMULATED (masked by
  *   the weight masks); dh0 [N, H] OVERWRITTEN (masked by output.h on h0), or NULL;

@@ -1,0 +1,146 @@
+/*
+ * test_cell.c: the integer cells of core/int_gru_cell.h against each other. The 32-bit cell
+ * (qg_cell32_*: per-unit constants resolved once, branch-free 32-bit lanes) must give exactly
+ * what the general cell gives (qg_requant64 of the W x and R h accumulators, then
+ * qg_cell_forward on 128 bits, the path checked against the independent Lua reference by
+ * tests/lua/quant_step_spec.lua) for every quantizer setting its bounds accept: random
+ * bitwidths (2..16), signedness, exponents (left and right shifts, shifts beyond 30) and zero
+ * points, random tables, bias codes and accumulators from 0 to 2^24, ties included. Also checks
+ * that the bounds accept the common 8-bit settings and refuse settings past them, and that the
+ * saved state written as 32-bit words (qg_cell_narrow_words) is qg_cell_pack's, byte for byte.
+ */
+#include "int_gru_cell.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0, checks = 0;
+#define CHECK(cond) do { checks++; if (!(cond)) { failures++; if (failures < 20) fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+static int64_t uni(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1)); }
+
+/* A random quantizer of bits in [bmin, bmax] with exponent in [emin, emax]. */
+static qg_qp rand_q(int bmin, int bmax, int emin, int emax, int allow_unsigned) {
+  const int bits = (int)uni(bmin, bmax), uns = allow_unsigned && uni(0, 3) == 0;
+  qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  const int z = uni(0, 2) == 0 ? 0 : (int)uni(g.qmin, g.qmax);
+  return qg_qp_make(bits, uns, (int)uni(emin, emax), uns ? (int)uni(g.qmin, g.qmax) : z);
+}
+
+/* A random value with magnitude below 2^bits, ties (multiples of powers of two plus a half)
+ * made likely. */
+static int64_t rand_mag(int bits) {
+  int64_t v = (int64_t)(next() & (((uint64_t)1 << uni(0, bits)) - 1));
+  if (uni(0, 3) == 0) { const int k = (int)uni(1, 12); v = (v >> k << k) | ((int64_t)1 << (k - 1)); }
+  if (v >= ((int64_t)1 << bits)) v = ((int64_t)1 << bits) - 1;
+  return uni(0, 1) ? -v : v;
+}
+
+enum { H = 7 };
+
+/* One random layer; returns 1 when the 32-bit cell accepted it (and was compared). */
+static int one_layer(int wide_exps, int *n_compared) {
+  qg_cell_q q;
+  const int er = wide_exps ? 24 : 10;
+  for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, -er / 2, er, 1);
+  q.a[QG_Q_Z_OUT] = rand_q(2, 12, 0, er, 1);   /* z_out: e >= 0 */
+  q.narrow = 1;
+  int32_t *lut[3];
+  for (int k = 0; k < 3; k++) {
+    const qg_qp P = q.a[QG_Q_Z_PRE + k], O = q.a[QG_Q_Z_OUT + k];
+    const int64_t n = P.qmax - P.qmin + 1;
+    lut[k] = (int32_t *)malloc((size_t)(2 * n) * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) { lut[k][i] = (int32_t)uni(O.qmin, O.qmax); lut[k][n + i] = (int32_t)uni(0, 1); }
+    q.lut[k] = lut[k];
+    q.lut_n[k] = n;
+  }
+  const qg_qp QWX = q.a[QG_Q_MATMUL_WX], QRH = q.a[QG_Q_MATMUL_RH], QX = q.a[QG_Q_INPUT_X], QH = q.a[QG_Q_OUTPUT_H];
+  /* per unit: weight row exponents, bias codes (centered) and exponents */
+  int ew[H][3], erw[H][3], ebx[H][3], ebr[H][3];
+  int64_t bx[H][3], br[H][3];
+  for (int i = 0; i < H; i++)
+    for (int g = 0; g < 3; g++) {
+      ew[i][g] = (int)uni(-4, er); erw[i][g] = (int)uni(-4, er);
+      ebx[i][g] = (int)uni(-4, er + 6); ebr[i][g] = (int)uni(-4, er + 6);
+      const int bb = (int)uni(2, 16);
+      bx[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1); br[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1);
+    }
+  qg_cell32 c;
+  int32_t P[QG_C32_ROWS * H];
+  int ok = qg_cell32_setup(&c, &q, 1);
+  for (int i = 0; ok && i < H; i++) ok = qg_cell32_unit(P, H, i, &q, ew[i], erw[i], bx[i], ebx[i], br[i], ebr[i]);
+  if (ok) {
+    c.P = P;
+    c.H = H;
+    for (int rep = 0; rep < 400; rep++) {
+      const int i = (int)uni(0, H - 1);
+      int64_t awx[3], arh[3];
+      for (int g = 0; g < 3; g++) { awx[g] = rand_mag(24); arh[g] = rand_mag(24); }
+      const int64_t hprev = uni(QH.qmin, QH.qmax);
+      /* the general path: requant64 of the accumulators (int_gru_cpu.c's requant_row), the 128-bit cell */
+      qg_cell_in in;
+      in.mask = 0;
+      for (int g = 0; g < 3; g++) {
+        int m;
+        in.wx[g] = qg_requant64(awx[g], ew[i][g] + QX.e, QWX, &m);
+        in.mask |= (uint32_t)m << (QG_MB_WX_Z + g);
+        in.rh[g] = qg_requant64(arh[g], erw[i][g] + QH.e, QRH, &m);
+        in.mask |= (uint32_t)m << (QG_MB_RH_Z + g);
+        in.bx[g] = bx[i][g]; in.br[g] = br[i][g]; in.ebx[g] = ebx[i][g]; in.ebr[g] = ebr[i][g];
+      }
+      in.hprev = hprev;
+      qg_cell_out ref;
+      qg_cell_reals re;
+      qg_cell_forward(&q, &in, &ref, 1, 0, &re);
+      qg_cell32_out o;
+      qg_cell32_forward(&c, i, (int32_t)awx[0], (int32_t)awx[1], (int32_t)awx[2], (int32_t)arh[0], (int32_t)arh[1], (int32_t)arh[2],
+                        (int32_t)hprev, &o);
+      CHECK(o.h == ref.h && o.zpre == ref.zpre && o.rpre == ref.rpre && o.gpre == ref.gpre && o.rhb == ref.rhb &&
+            o.mask == ref.mask);
+      /* the saved state as 32-bit words is qg_cell_pack's narrow layout, byte for byte */
+      uint8_t packed[20];   /* qg_cell_pack writes 20 bytes when not narrow */
+      uint32_t words[3];
+      qg_cell_pack(packed, &q, &ref);
+      qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, words);
+      CHECK(memcmp(packed, words, 12) == 0);
+      (*n_compared)++;
+    }
+  }
+  for (int k = 0; k < 3; k++) free(lut[k]);
+  return ok;
+}
+
+/* The bounds: 8-bit default settings fit; a 16-bit product does not; gemm_exact = 0 does not. */
+static void test_bounds(void) {
+  qg_cell_q q;
+  for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = qg_qp_make(8, 0, 4, 0);
+  q.a[QG_Q_Z_OUT] = qg_qp_make(8, 1, 8, 0); q.a[QG_Q_R_OUT] = qg_qp_make(8, 1, 8, 0); q.a[QG_Q_G_OUT] = qg_qp_make(8, 0, 7, 0);
+  int32_t lut[512] = {0};
+  for (int k = 0; k < 3; k++) { q.lut[k] = lut; q.lut_n[k] = 256; }
+  q.narrow = 1;
+  qg_cell32 c;
+  CHECK(qg_cell32_setup(&c, &q, 1) == 1);
+  CHECK(qg_cell32_setup(&c, &q, 0) == 0);
+  int32_t P[QG_C32_ROWS];
+  const int ew[3] = {7, 7, 7}, ebx[3] = {9, 9, 9}, ezero[3] = {31, 31, 31};
+  const int64_t b[3] = {100, -100, 3}, bz[3] = {0, 0, 0};
+  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, b, ebx, b, ebx) == 1);
+  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, bz, ezero, bz, ezero) == 1);   /* zero biases at any exponent */
+  const int efar[3] = {31, 31, 31};   /* bias 27 exponents finer than W x: a term past 2^29 */
+  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, b, efar, b, ebx) == 0);
+  q.a[QG_Q_R_OUT] = qg_qp_make(16, 1, 16, 0); q.a[QG_Q_MATMUL_RH] = qg_qp_make(16, 0, 4, 0);
+  CHECK(qg_cell32_setup(&c, &q, 1) == 0);
+}
+
+int main(void) {
+  test_bounds();
+  int accepted = 0, layers = 0, compared = 0;
+  for (int l = 0; l < 3000; l++, layers++) accepted += one_layer(l % 2, &compared);
+  printf("test_cell: %d layers, %d within the 32-bit bounds, %d cells compared\n", layers, accepted, compared);
+  CHECK(accepted > layers / 10);   /* the comparison reached many settings */
+  printf("test_cell: %d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
