@@ -46,4 +46,19 @@ static inline int64_t qg_int_gru_weight_cols(const qg_int_gru *g, int w) {
   return w == QG_W_W ? g->C : (w == QG_W_R ? g->H : 1);
 }
 
+/* Whether the layer needs the 128-bit cell: the 64-bit one is exact (and cheaper) when
+ * qg_cell_fits64 holds for its quantizers and the range of its bias exponents. Decided once per
+ * forward on the host, the same way on every device. */
+static inline int qg_int_gru_needs_wide(const qg_int_gru *g) {
+  int ebx[2] = {31, -31}, ebr[2] = {31, -31};
+  for (int64_t j = 0; j < 3 * g->H; j++) {
+    const int a = g->w_exp_host[QG_W_BX][j], b = g->w_exp_host[QG_W_BR][j];
+    if (a < ebx[0]) ebx[0] = a;
+    if (a > ebx[1]) ebx[1] = a;
+    if (b < ebr[0]) ebr[0] = b;
+    if (b > ebr[1]) ebr[1] = b;
+  }
+  return !qg_cell_fits64(g->act, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+}
+
 #endif

@@ -731,15 +731,7 @@ qg_status qg_cpu_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y
   uint8_t *cellp = saved ? (uint8_t *)saved->cell->data : NULL;
   const int cb = qg_cell_bytes(cq->narrow);
   /* the 64-bit cell where its bounds hold (identical results, cheaper), else the 128-bit one */
-  int ebx[2] = {31, -31}, ebr[2] = {31, -31};
-  for (int64_t j = 0; j < H3; j++) {
-    const int a = g->w_exp_host[QG_W_BX][j], b = g->w_exp_host[QG_W_BR][j];
-    if (a < ebx[0]) ebx[0] = a;
-    if (a > ebx[1]) ebx[1] = a;
-    if (b < ebr[0]) ebr[0] = b;
-    if (b > ebr[1]) ebr[1] = b;
-  }
-  const int wide = !qg_cell_fits64(g->act, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+  const int wide = qg_int_gru_needs_wide(g);
   g->cell_path = wide ? QG_CELL_128 : QG_CELL_64;
 #define QG_FORWARD_STEPS(n0, n1, WIDE, OBS)                                                                                   \
   forward_steps(g, T, N, n0, n1, L, reverse, grh, qWx, mWx, hqp, yp, Hy, y_offset, cellp, cb, Hf, Rf, accRhf, Hc, Rc, accRh, qRh, \

@@ -941,15 +941,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
 
   /* the 64-bit cell where its bounds hold (as the CPU decides) */
-  int ebx[2] = {31, -31}, ebr[2] = {31, -31};
-  for (int64_t j = 0; j < H3; j++) {
-    const int a = g->w_exp_host[QG_W_BX][j], b = g->w_exp_host[QG_W_BR][j];
-    if (a < ebx[0]) ebx[0] = a;
-    if (a > ebx[1]) ebx[1] = a;
-    if (b < ebr[0]) ebr[0] = b;
-    if (b > ebr[1]) ebr[1] = b;
-  }
-  const int wide = !qg_cell_fits64(A, g->w_bits[QG_W_BX], ebx[0], ebx[1], g->w_bits[QG_W_BR], ebr[0], ebr[1]);
+  const int wide = qg_int_gru_needs_wide(g);
 
   /* W x: int8 tensor cores, or the fp64 GEMM (forced fallback path, operands above 16 bits, huge C) */
   const int wx_exact = xb <= 16 && wb <= 16;
