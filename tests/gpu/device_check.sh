@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tests/gpu/device_check.sh: one call on the GPU machine for the CUDA float GRU: build, the C
 # driver tests/c/test_cuda_gru.c (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
-# (on the C driver, and memcheck on the specs' #sanitize subset one test per process), the
+# (on the C driver; luasanitize: both tools over every #gpu spec, tests/sanitize_gpu.sh), the
 # persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), and the cuDNN / PyTorch
 # baseline (bench_cudnn.py), each phase under its own time limit, logs under $OUT. Run from the project root (or a staged copy) after
 # `source .device/device-env.sh`, with QGRU_NO_INSTALL=1 and QGRU_BUILD_DIR set:
 #   bash tests/gpu/device_check.sh [phases] [bench options...]
-# phases: comma-separated, in the order given: build,cgru,specs,memcheck,luamemcheck,racecheck,
-# sweep,bench,cudnn (default: all but luamemcheck and sweep).
+# phases: comma-separated, in the order given: build,cgru,specs,memcheck,luasanitize,racecheck,
+# sweep,bench,cudnn (default: all but luasanitize and sweep).
 set -uo pipefail
 OUT=${OUT:-/tmp/qgru-out}
 mkdir -p "$OUT"
@@ -45,13 +45,9 @@ run_phase() {
     timeout 120 "$SAN" --tool memcheck --print-limit 20 "$B/test_cuda_gru" > "$OUT/sanitize.log" 2>&1
     echo "memcheck rc=$?"
     grep -E "ERROR SUMMARY|failure|FAIL|Invalid" "$OUT/sanitize.log" | head -20 ;;
-  luamemcheck)
-    for f in "forced to 2 blocks x 8" "same run twice"; do
-      timeout 60 "$SAN" --tool memcheck --print-limit 10 luajit "$BUSTED" --run=unit -o TAP -t sanitize --filter="$f" \
-        tests/lua/cuda_gru_spec.lua >> "$OUT/sanitize.log" 2>&1
-      echo "lua memcheck [$f] rc=$?"
-    done
-    grep -E "^ok|^not ok|ERROR SUMMARY|Error:" "$OUT/sanitize.log" | tail -8 ;;
+  luasanitize)
+    OUT="$OUT/sanitize" QGRU_SANITIZE_TIMEOUT=${QGRU_SANITIZE_TIMEOUT:-300} bash tests/sanitize_gpu.sh > "$OUT/luasanitize.log" 2>&1
+    echo "lua sanitize rc=$?"; grep -E "^\[(memcheck|racecheck)\]" "$OUT/luasanitize.log" | cut -c1-300 ;;
   racecheck)
     timeout 120 "$SAN" --tool racecheck --print-limit 20 "$B/test_cuda_gru" quick >> "$OUT/sanitize.log" 2>&1
     echo "racecheck rc=$?"
