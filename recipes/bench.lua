@@ -6,7 +6,8 @@
 -- medium T100 N64 C256 H512, large T100 N256 C512 H1024, long-kws T1000 N16 C40 H64), one GRU
 -- layer as its nn.GRU(C, H); rows: float train step (forward in training mode + backward with a
 -- fixed gradOutput, as its out.square().mean().backward()), float inference (forward), QAT train
--- step (int8, every operator) and integer inference; in the strict (fp32) and tf32 math modes
+-- step (int8, every operator) and integer inference (weight quantizers tracking the weights, as
+-- in QAT, and frozen, as a finished model runs); in the strict (fp32) and tf32 math modes
 -- (qgru.setMath); the float rows also with each recurrence forced (--paths). Each sample is
 -- bracketed by device synchronisations (qg_ctx_synchronize) and timed on the host clock.
 -- Run it in the same device command as bench_cudnn.py and compare the ratios.
@@ -262,7 +263,7 @@ for _, name in ipairs(shapes) do
     end
     qgru.setKernelPath("auto")
     if not opt.float_only then
-      local train, infer
+      local train, infer, frozen
       local ok, err = pcall(function()
         qgru.seed(1)
         local mq = nn.GRU(C, H, { device = "cuda" })
@@ -272,16 +273,21 @@ for _, name in ipairs(shapes) do
         train = timed(function() mq:forward(x); mq:backward(x, gout) end)
         mq:evaluate()
         infer = timed(function() mq:forward(x) end)
+        -- a finished model (quantizers fixed, as after quant.load of exported parameters): the
+        -- weight quantizers no longer follow the weights, so no per-channel re-derivation
+        quant.freeze(mq)
+        frozen = timed(function() mq:forward(x) end)
       end)
       if not ok then
         local msg = tostring(err)
         local na = (msg:find("not in this build", 1, true) or msg:find("unsupported", 1, true)) and "n/a (not in this build)"
                    or ("error: " .. msg:gsub("\n.*", ""):sub(1, 160))
-        train, infer = na, na
+        train, infer, frozen = na, na, na
       end
       rows[#rows + 1] = { shape = name, T = T, N = N, C = C, H = H, math = mode, path = "auto", kind = "qat-int8",
-                          train_ms = train, infer_ms = infer }
-      log(string.format("%-10s %-6s %-10s int8   train %s  infer %s", name, mode, "auto", fmt(train), fmt(infer)))
+                          train_ms = train, infer_ms = infer, frozen_infer_ms = frozen }
+      log(string.format("%-10s %-6s %-10s int8   train %s  infer %s  frozen %s", name, mode, "auto", fmt(train), fmt(infer),
+                        fmt(frozen)))
     end
   end
   qgru.setMath("strict")
@@ -289,18 +295,18 @@ end
 
 local md = { string.format("GPU, one GRU layer (nn.GRU(C, H)), median of %d after %d warm-up (ms); train = forward + backward",
                            opt.repeats, opt.warmup), "",
-             "| shape | T N C H | math | recurrence | float train | float infer | QAT int8 train | int8 infer |",
-             "|---|---|---|---|---|---|---|---|" }
+             "| shape | T N C H | math | recurrence | float train | float infer | QAT int8 train | int8 infer | int8 infer frozen |",
+             "|---|---|---|---|---|---|---|---|---|" }
 for _, name in ipairs(shapes) do
   for _, mode in ipairs(modes) do
     local q
     for _, r in ipairs(rows) do if r.shape == name and r.math == mode and r.kind == "qat-int8" then q = r end end
     for _, r in ipairs(rows) do
       if r.shape == name and r.math == mode and r.kind == "float" then
-        local qt, qi = "", ""
-        if q and r.path == "auto" then qt, qi = fmt(q.train_ms), fmt(q.infer_ms) end
-        md[#md + 1] = string.format("| %s | %d %d %d %d | %s | %s | %s | %s | %s | %s |", name, r.T, r.N, r.C, r.H, mode, r.path,
-                                    fmt(r.train_ms), fmt(r.infer_ms), qt, qi)
+        local qt, qi, qf = "", "", ""
+        if q and r.path == "auto" then qt, qi, qf = fmt(q.train_ms), fmt(q.infer_ms), fmt(q.frozen_infer_ms) end
+        md[#md + 1] = string.format("| %s | %d %d %d %d | %s | %s | %s | %s | %s | %s | %s |", name, r.T, r.N, r.C, r.H, mode,
+                                    r.path, fmt(r.train_ms), fmt(r.infer_ms), qt, qi, qf)
       end
     end
   end
