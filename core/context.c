@@ -76,6 +76,24 @@ qg_status qg_ctx_synchronize(qg_ctx *ctx) {
   return ctx->device == QG_CUDA ? qg_dev_synchronize(ctx) : QG_OK;
 }
 
+qg_status qg_ctx_timer_start(qg_ctx *ctx) {
+  if (!ctx) return QG_ERR_ARG;
+  if (ctx->device == QG_CUDA) QG_CHECK(qg_dev_timer(ctx, 0, NULL));
+  else ctx->timer_t0 = qg_wall_time();
+  ctx->timer_started = 1;
+  return QG_OK;
+}
+
+qg_status qg_ctx_timer_stop(qg_ctx *ctx, double *ms) {
+  if (!ctx) return QG_ERR_ARG;
+  if (!ms) return qg_fail(ctx, QG_ERR_ARG, __func__, "ms is NULL");
+  if (!ctx->timer_started) return qg_fail(ctx, QG_ERR_ARG, __func__, "the timer was not started (call qg_ctx_timer_start first)");
+  ctx->timer_started = 0;
+  if (ctx->device == QG_CUDA) return qg_dev_timer(ctx, 1, ms);
+  *ms = 1000.0 * (qg_wall_time() - ctx->timer_t0);
+  return QG_OK;
+}
+
 qg_status qg_ctx_set_math(qg_ctx *ctx, int math) {
   if (!ctx) return QG_ERR_ARG;
   if (math != QG_MATH_STRICT && math != QG_MATH_TF32)

@@ -19,6 +19,7 @@ qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes,
 }
 qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes) { (void)ptr; (void)nbytes; return no_cuda(ctx, __func__); }
 qg_status qg_dev_synchronize(qg_ctx *ctx) { return no_cuda(ctx, __func__); }
+qg_status qg_dev_timer(qg_ctx *ctx, int which, double *ms) { (void)which; (void)ms; return no_cuda(ctx, __func__); }
 qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
   (void)nbytes; *out = NULL; return no_cuda(ctx, fn);
 }

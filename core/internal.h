@@ -25,6 +25,9 @@ struct qg_ctx {
   void *aux_stream;           /* CUDA: a second stream and cuBLAS handle, created with the context, on */
   void *aux_cublas;           /* which a bidirectional layer's second direction runs at the same time */
   void *ev_fork, *ev_join;    /* events (timing off) that order the aux stream after / before the main one */
+  void *ev_timer[2];          /* CUDA: the events of qg_ctx_timer_start / _stop (timing on) */
+  int timer_started;          /* qg_ctx_timer_start was called since the last stop */
+  double timer_t0;            /* CPU: the wall clock at qg_ctx_timer_start */
   void *blas_ws[2];           /* the cuBLAS workspaces of the main and aux handles */
   void *gru_graphs;           /* CUDA: the float GRU's cache of captured fallback loops (kernels/gru.cu) */
   int sm_count;               /* CUDA: multiprocessors of the device, and the opt-in shared memory per */
@@ -88,6 +91,9 @@ void qg_dev_free(void *ptr);
 qg_status qg_dev_memcpy(qg_ctx *ctx, void *dst, const void *src, int64_t nbytes, int kind);
 qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes);
 qg_status qg_dev_synchronize(qg_ctx *ctx);
+/* Records the timer's start (which = 0) or stop (1) event on the stream; after a stop, waits for
+ * it and writes the milliseconds between the two to *ms. */
+qg_status qg_dev_timer(qg_ctx *ctx, int which, double *ms);
 /* Device scratch of at least nbytes (256-byte aligned) on the context's device, valid until the
  * next call; grow-only. Growing synchronizes the stream first (the old buffer may be in use), so
  * call it before enqueuing work, never while a graph is being captured. */

@@ -102,6 +102,12 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * (small H only). A call that cannot run the forced shape takes the fallback recurrence under
  * QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);
+/* Timing of the work enqueued on the context between the two calls, as a pair of CUDA events on
+ * its stream measures it (the method of torch.cuda.Event, so benchmarks compare like with like);
+ * on a CPU context, the wall clock between the calls. qg_ctx_timer_stop waits for the stream and
+ * writes the elapsed milliseconds to *ms; a stop without a start is QG_ERR_ARG. */
+qg_status qg_ctx_timer_start(qg_ctx *ctx);
+qg_status qg_ctx_timer_stop(qg_ctx *ctx, double *ms);
 /* BLAS threads for the CPU backend (OpenBLAS); n <= 0 leaves the default. */
 qg_status qg_set_num_threads(qg_ctx *ctx, int n);
 /* Monotonic wall clock in seconds (for progress lines and benchmarks). */

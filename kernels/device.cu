@@ -7,7 +7,8 @@
  * (aux) stream with its own cuBLAS handle and two events, also created once per context, let a
  * bidirectional GRU layer run its two directions at the same time (kernels/gru.cu): the aux
  * stream waits for the main one (ev_fork) and the main one for the aux one (ev_join) within one
- * call, so callers only ever see the main stream.
+ * call, so callers only ever see the main stream. Two more events (timing on) serve
+ * qg_ctx_timer_start / _stop.
  */
 #include "../core/internal.h"
 
@@ -82,6 +83,12 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
   }
   ctx->ev_fork = ev[0];
   ctx->ev_join = ev[1];
+  for (int i = 0; i < 2; i++) {   /* qg_ctx_timer_start / _stop */
+    cudaEvent_t t;
+    e = cudaEventCreate(&t);
+    if (e != cudaSuccess) { qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
+    ctx->ev_timer[i] = t;
+  }
   int v = 0;
   e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, ctx->device_index);
   ctx->sm_count = e == cudaSuccess ? v : 1;
@@ -102,6 +109,8 @@ extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
   if (ctx->aux_stream) cudaStreamDestroy((cudaStream_t)ctx->aux_stream);
   if (ctx->ev_fork) cudaEventDestroy((cudaEvent_t)ctx->ev_fork);
   if (ctx->ev_join) cudaEventDestroy((cudaEvent_t)ctx->ev_join);
+  for (int i = 0; i < 2; i++)
+    if (ctx->ev_timer[i]) { cudaEventDestroy((cudaEvent_t)ctx->ev_timer[i]); ctx->ev_timer[i] = NULL; }
   if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
   ctx->cublas = ctx->stream = ctx->dev_workspace = NULL;
   ctx->aux_cublas = ctx->aux_stream = ctx->ev_fork = ctx->ev_join = NULL;
@@ -135,6 +144,16 @@ extern "C" qg_status qg_dev_memset0(qg_ctx *ctx, void *ptr, int64_t nbytes) {
 extern "C" qg_status qg_dev_synchronize(qg_ctx *ctx) {
   cudaError_t e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
   return e == cudaSuccess ? QG_OK : cuda_fail(ctx, "qg_ctx_synchronize", e);
+}
+
+extern "C" qg_status qg_dev_timer(qg_ctx *ctx, int which, double *ms) {
+  cudaError_t e = cudaEventRecord((cudaEvent_t)ctx->ev_timer[which], (cudaStream_t)ctx->stream);
+  if (e == cudaSuccess && which == 1) e = cudaEventSynchronize((cudaEvent_t)ctx->ev_timer[1]);
+  float f = 0.0f;
+  if (e == cudaSuccess && which == 1) e = cudaEventElapsedTime(&f, (cudaEvent_t)ctx->ev_timer[0], (cudaEvent_t)ctx->ev_timer[1]);
+  if (e != cudaSuccess) return cuda_fail(ctx, which ? "qg_ctx_timer_stop" : "qg_ctx_timer_start", e);
+  if (ms) *ms = (double)f;
+  return QG_OK;
 }
 
 extern "C" qg_status qg_dev_set_math(qg_ctx *ctx) {

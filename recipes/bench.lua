@@ -9,7 +9,8 @@
 -- step (int8, every operator) and integer inference (weight quantizers tracking the weights, as
 -- in QAT, and frozen, as a finished model runs); in the strict (fp32) and tf32 math modes
 -- (qgru.setMath); the float rows also with each recurrence forced (--paths). Each sample is
--- bracketed by device synchronisations (qg_ctx_synchronize) and timed on the host clock.
+-- timed by CUDA events around the work it enqueues (qgru.deviceTime), as bench_cudnn.py times
+-- cuDNN (torch.cuda.Event); until run 6 (bench/gpu.md) the host clock between synchronisations.
 -- Run it in the same device command as bench_cudnn.py and compare the ratios.
 -- CPU (--device cpu): the float and QAT steps on the default recipe's shape (T = 28, C = 28,
 -- H = --hidden, batch --batch), compared with /work/shared/tools/bench_torch_cpu.py.
@@ -136,17 +137,13 @@ local lib = clib.lib
 local ctx = clib.context("cuda")
 local function sync() clib.check(ctx, lib.qg_ctx_synchronize(ctx)) end
 
--- median of opt.repeats samples, each bracketed by synchronisations, in ms
+-- median of opt.repeats samples in ms, each timed by CUDA events on the context's stream around
+-- the work f enqueues (qgru.deviceTime), the method bench_cudnn.py uses (torch.cuda.Event)
 local function median_ms(f)
   for _ = 1, opt.warmup do f() end
   sync()
   local t = {}
-  for i = 1, opt.repeats do
-    local t0 = qgru.wallTime()
-    f()
-    sync()
-    t[i] = 1000 * (qgru.wallTime() - t0)
-  end
+  for i = 1, opt.repeats do t[i] = qgru.deviceTime(f, "cuda") end
   table.sort(t)
   return t[math.floor(#t / 2) + 1]
 end
@@ -293,7 +290,7 @@ for _, name in ipairs(shapes) do
   qgru.setMath("strict")
 end
 
-local md = { string.format("GPU, one GRU layer (nn.GRU(C, H)), median of %d after %d warm-up (ms); train = forward + backward",
+local md = { string.format("GPU, one GRU layer (nn.GRU(C, H)), median of %d after %d warm-up (ms, CUDA events); train = forward + backward",
                            opt.repeats, opt.warmup), "",
              "| shape | T N C H | math | recurrence | float train | float infer | QAT int8 train | int8 infer | int8 infer frozen |",
              "|---|---|---|---|---|---|---|---|---|" }

@@ -59,6 +59,19 @@ function qgru.math() return clib.math() end
 function qgru.setKernelPath(path) clib.set_kernel_path(path) end
 function qgru.kernelPath() return clib.kernel_path() end
 
+-- Milliseconds that f() takes on a device ("cpu" or "cuda"; default the current one), as the
+-- device sees it: on a GPU, CUDA events on the device's stream around the work f enqueues (the
+-- method of torch.cuda.Event, so the figures compare with PyTorch's), on the CPU the wall clock.
+-- Waits for the device before returning. Returns ms, then f's first result.
+function qgru.deviceTime(f, dev)
+  local ctx = clib.context(dev or device)
+  clib.check(ctx, clib.lib.qg_ctx_timer_start(ctx), 2)
+  local r = f()
+  local ms = clib.ffi.new("double[1]")
+  clib.check(ctx, clib.lib.qg_ctx_timer_stop(ctx, ms), 2)
+  return ms[0], r
+end
+
 -- Seeds the RNG used for initialisation (and everything else drawn from the contexts).
 function qgru.seed(s) clib.seed(s) end
 

@@ -91,6 +91,21 @@ describe("devices (cpu part)", function()
     assert.are.same(before, values(after))
     assert.are.equal("cpu", opt:device())
   end)
+
+  it("qgru.deviceTime: the wall time on the CPU; a timer stop without a start is a clear error", function()
+    local t0 = qgru.wallTime()
+    local ms, r = qgru.deviceTime(function()
+      while qgru.wallTime() - t0 < 0.02 do end
+      return "done"
+    end, "cpu")
+    local wall = 1000 * (qgru.wallTime() - t0)
+    assert.are.equal("done", r)
+    assert.is_true(ms >= 20 and ms <= wall, "timer " .. ms .. " ms, busy wait 20 ms, wall " .. wall .. " ms")
+    local ctx = clib.context("cpu")
+    local out = clib.ffi.new("double[1]")
+    assert.are.equal(clib.lib.QG_ERR_ARG, clib.lib.qg_ctx_timer_stop(ctx, out))
+    assert.matches("was not started", clib.ffi.string(clib.lib.qg_last_error(ctx)))
+  end)
 end)
 
 describe("devices: Module:to and setDevice on CUDA #gpu", function()
@@ -100,6 +115,14 @@ describe("devices: Module:to and setDevice on CUDA #gpu", function()
     end)
     return
   end
+
+  it("qgru.deviceTime on the GPU: event time of the enqueued work, positive and within the wall time", function()
+    local a = Tensor.new({ 1024, 1024 }, "f32", "cuda"):uniform(-1, 1)
+    local t0 = qgru.wallTime()
+    local ms = qgru.deviceTime(function() for _ = 1, 20 do a:mul(1.0001) end end, "cuda")
+    local wall = 1000 * (qgru.wallTime() - t0)
+    assert.is_true(ms > 0 and ms <= wall, "timer " .. ms .. " ms, wall " .. wall .. " ms")
+  end)
 
   it("Module:to('cuda') moves params, grads, buffers and optimizer state, and back, values equal", function()
     local model, opt = trained_model()
