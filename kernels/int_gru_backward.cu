@@ -14,22 +14,20 @@
  *   - persistent (bwd_persist_kernel): one launch for all T steps, the design of the float GRU's
  *     persistent backward (kernels/gru_persist.cu). A thread-block cluster of K CTAs (K = 1, 2, 4,
  *     8, 16) runs NB batch rows; CTA k owns the hidden units [k Hk, k Hk + Hk) and holds the
- *     fake-quantized R~'s columns of those units for all 3H rows in shared memory (float,
- *     Rt[u][j] = R~[j][k Hk + u], rows padded with zeros), and the cluster rows' dq,
- *     qb[2][NB][3H + padding], double-buffered. Step s: one thread per (row, unit) runs the shared
- *     STE cell from its dh (kept in a register; the step's saved record, h code and dy were loaded
- *     during the previous step), writes dp, dq, bcx and bcr as the fallback does (the after-loop
- *     GEMMs and bias sums read them), and stores its three dq values into every CTA's qb
- *     (distributed shared memory); one cluster barrier; S threads per unit form the partial sums
- *     of sum_j dq[n, j] R~[j, i] over contiguous shares of J j's (sequential fp32 FMAs in
- *     ascending j, 16-byte shared-memory loads), and the (row, unit) thread sets
+ *     fake-quantized R~'s columns of those units for all 3H rows in shared memory (float:
+ *     Rt[j][u] = R~[j][k Hk + u]), and the cluster rows' dq, qb[2][NB][3H], double-buffered. Step
+ *     s: one thread per (row, unit) runs the shared STE cell from its dh (kept in a register; the
+ *     step's saved record, h code and dy were loaded during the previous step), writes dp, dq,
+ *     bcx and bcr as the fallback does (the after-loop GEMMs and bias sums read them), and stores
+ *     its three dq values into every CTA's qb (distributed shared memory); one cluster barrier;
+ *     S threads per unit form the partial sums of sum_j dq[n, j] R~[j, i] over strided shares
+ *     j = ms, ms + S, ... (sequential fp32 FMAs), and the (row, unit) thread sets
  *     dh = direct part + the partials added in a fixed order (sum_partials). Deterministic: the
  *     order depends only on the configuration, which depends only on the device and the shape.
  *     Batch-row groups are independent clusters (no barrier between them). The matrix-vector
  *     product is strict fp32 in both math modes (more accurate than TF32, and the product is
- *     latency-bound, so TF32 would not be faster). R~ must fit: about 12 H ceil(H / K) bytes plus
- *     the exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an
- *     H100/H200).
+ *     latency-bound, so TF32 would not be faster). R~ must fit: 12 H ceil(H / K) bytes plus the
+ *     exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an H100/H200).
  *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
  *     GEMM dh += dq_s R~ in the context's math mode.
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
@@ -111,7 +109,6 @@ enum { BP_MAX_THREADS = 512, BP_MAX_WORDS = 5 };
  * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA. */
 struct bp_plan {
   int K, Hk, NB, S, threads, groups, smem;
-  int J, LD;   /* j per share (a multiple of 4; S J >= 3H), Rt's row length (S J + 4 when S J % 8 == 0) */
 };
 
 /* A (row, unit)'s inputs of one step, loaded a step ahead: the saved record as 32-bit words (cb is
@@ -144,17 +141,16 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   const int n0 = (blockIdx.x / K) * NB, rows = min(NB, N - n0);
   const int k0 = rank * Hk, hk = min(Hk, H - k0);
   const int NBHk = NB * Hk;
-  const int J = c.J, Jt = S * J, LD = c.LD;
-  float *Rt = sm;                            /* [Hk][LD]: Rt[u][j] = R~[j][k0 + u], 0 beyond 3H */
-  float *qb = Rt + (size_t)Hk * LD;          /* [2][NB][Jt], 0 beyond 3H */
-  float *part = qb + 2 * NB * Jt;            /* [S][NB][Hk] */
+  float *Rt = sm;                            /* [3H][Hk] */
+  float *qb = Rt + (size_t)H3 * Hk;          /* [2][NB][3H] */
+  float *part = qb + 2 * NB * H3;            /* [S][NB][Hk] */
   const int tid = threadIdx.x, nth = blockDim.x;
 
-  for (int q = tid; q < Hk * LD; q += nth) {
-    const int u = q / LD, j = q - u * LD;
-    Rt[q] = u < hk && j < H3 ? p.Rf[(int64_t)j * H + k0 + u] : 0.0f;
+  for (int q = tid; q < H3 * Hk; q += nth) {
+    const int j = q / Hk, u = q - j * Hk;
+    Rt[q] = u < hk ? p.Rf[(int64_t)j * H + k0 + u] : 0.0f;
   }
-  for (int q = tid; q < 2 * NB * Jt; q += nth) qb[q] = 0.0f;   /* padding and rows beyond the batch stay 0 */
+  for (int q = tid; q < 2 * NB * H3; q += nth) qb[q] = 0.0f;   /* rows beyond the batch stay 0 */
 
   /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk */
   const int pb = tid / Hk, pu = tid - pb * Hk;
@@ -171,7 +167,7 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   cluster_barrier(K);   /* every CTA's shared memory is set before any peer writes into it */
 
   for (int s = T - 1; s >= 0; s--) {
-    float *qc = qb + (s & 1) * NB * Jt;
+    float *qc = qb + (s & 1) * NB * H3;
     float keep = 0.0f;
     if (pact) {
       float dq3[3] = {0.0f, 0.0f, 0.0f};
@@ -184,7 +180,7 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
         keep = dh;
       }
       load_step(p, s - 1, pn, pi, L, in);   /* the next step's inputs, in flight across the barrier */
-      float *dst = qc + pb * Jt + pi;
+      float *dst = qc + pb * H3 + pi;
       if (K == 1) {
         dst[0] = dq3[0]; dst[H] = dq3[1]; dst[2 * H] = dq3[2];
       } else {
@@ -195,22 +191,16 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
       }
     }
     cluster_barrier(K);
-    if (mv) {   /* j = ms J .. ms J + J - 1 in order, four at a time (16-byte loads) */
+    if (mv) {
       float acc[NB];
 #pragma unroll
       for (int b = 0; b < NB; b++) acc[b] = 0.0f;
-      const float *rp = Rt + mu * LD + ms * J, *qp = qc + ms * J;
-#pragma unroll 2
-      for (int jj = 0; jj < J; jj += 4) {
-        const float4 r4 = *(const float4 *)(rp + jj);
+      const float *rp = Rt + mu;
+#pragma unroll 4
+      for (int j = ms; j < H3; j += S) {
+        const float rv = rp[j * Hk];
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
-          const float4 q4 = *(const float4 *)(qp + b * Jt + jj);
-          acc[b] = fmaf(q4.x, r4.x, acc[b]);
-          acc[b] = fmaf(q4.y, r4.y, acc[b]);
-          acc[b] = fmaf(q4.z, r4.z, acc[b]);
-          acc[b] = fmaf(q4.w, r4.w, acc[b]);
-        }
+        for (int b = 0; b < NB; b++) acc[b] = fmaf(qc[b * H3 + j], rv, acc[b]);
       }
 #pragma unroll
       for (int b = 0; b < NB; b++) part[(ms * NB + b) * Hk + mu] = acc[b];
@@ -233,15 +223,7 @@ static bp_kernel bp_kernel_of(int NB) {
   return NULL;
 }
 
-/* J and LD of S shares of 3H (16-byte loads; LD / 4 odd keeps the eight 16-byte loads of a
- * quarter warp, rows mu .. mu + 7, in distinct bank groups) */
-static void bp_share(int64_t H, int S, int *J, int *LD) {
-  *J = (int)round_up((3 * H + S - 1) / S, 4);
-  const int Jt = S * *J;
-  *LD = Jt % 8 == 0 ? Jt + 4 : Jt;
-}
-
-static int64_t bp_smem(int64_t Hk, int64_t NB, int64_t S, int64_t J, int64_t LD) { return 4 * (Hk * LD + 2 * NB * S * J + S * NB * Hk); }
+static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S) { return 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk); }
 
 static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLaunchAttribute *at) {
   cudaLaunchConfig_t lc = {};
@@ -256,24 +238,22 @@ static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLa
   return lc;
 }
 
-/* Estimated microseconds per step: the shape of the cost model of the float persistent backward
- * (kernels/gru_persist.cu, step_cycles, fitted there on an H200; the integer cell is counted a
+/* Estimated microseconds per step: the cost model of the float persistent backward
+ * (kernels/gru_persist.cu, step_cycles: fitted there on an H200; the integer cell is counted a
  * little heavier) at about 1.75 GHz, times the waves of CTAs. The matrix-vector part is the larger
- * of one thread's chain of FMAs, the CTA's shared-memory traffic (R~'s share, 16 bytes per
- * thread and group of four j; dq broadcast) and its FMAs. Not fitted to this kernel: it only has to
- * rank the configurations and keep the per-step path where many waves of clusters would run. */
-static double bp_step_us(const bp_plan &c, int64_t slots) {
-  const double NB = c.NB, Hk = c.Hk, S = c.S, J = c.J;
-  const double serial = J * (NB > 4.0 ? NB : 4.0) + 40.0;   /* a chain of J dependent FMAs per row */
-  const double lds = Hk * S * J / 32.0 + (Hk * S / 32.0) * (J / 4.0) * NB, fma = Hk * S * J * NB / 128.0;
+ * of one thread's chain of loads and FMAs, the CTA's shared-memory loads and its FMAs. */
+static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t slots) {
+  const double kd = 3.0 * (double)H, NB = c.NB, Hk = c.Hk, S = c.S;
+  const double serial = ((double)((int64_t)kd + c.S - 1) / c.S) * (12.0 + NB);
+  const double lds = Hk * kd * (1.0 + NB) / 32.0, fma = Hk * kd * NB / 128.0;
   double mv = serial > lds ? serial : lds;
   if (fma > mv) mv = fma;
-  mv += 0.25 * serial;   /* long chains hide less of the loads' latency: more, shorter shares win ties */
   const double red = (S / 4.0 + 4.0) * 6.0 + 40.0, cell = 400.0;
   const double sync = c.K > 1 ? 1900.0 + 20.0 * c.K + 2.5 * 3.0 * NB * Hk * c.K : 300.0;
   const int64_t blocks = (int64_t)c.groups * c.K;
   double waves = (double)((blocks + slots - 1) / slots);
   if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
+  (void)ctx;
   return waves * (1.3 * mv + red + cell + sync + 300.0) / 1750.0;
 }
 
@@ -309,15 +289,14 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
       if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > BP_MAX_THREADS) break;
       int Smax = BP_MAX_THREADS / Hk;
-      if (Smax > (3 * H + 3) / 4) Smax = (int)((3 * H + 3) / 4);   /* shares of at least four j */
+      if (Smax > 3 * H) Smax = (int)(3 * H);
       const int fs = forced && ctx->persist_splits > 0 ? (ctx->persist_splits < Smax ? ctx->persist_splits : Smax) : 0;
       for (int S = fs ? fs : Smax, ns = 0; S >= 1 && ns < (fs ? 1 : 4); S /= 2, ns++) {
         bp_plan c;
         c.K = K; c.Hk = Hk; c.NB = NB; c.S = S;
-        bp_share(H, S, &c.J, &c.LD);
         c.threads = (int)round_up(Hk * S > NB * Hk ? Hk * S : NB * Hk, 32);
         c.groups = (int)((N + NB - 1) / NB);
-        int64_t bytes = bp_smem(Hk, NB, S, c.J, c.LD);
+        int64_t bytes = bp_smem(H, Hk, NB, S);
         if (bytes > ctx->smem_optin || nc >= MAXC) continue;
         /* one CTA per multiprocessor (as the float kernels: a step waits for its slowest CTA) */
         if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
@@ -339,7 +318,7 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
       if (cudaOccupancyMaxActiveClusters(&n, f, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
       slots = (int64_t)n * cand[i].K;
     }
-    est[i] = slots >= cand[i].K ? bp_step_us(cand[i], slots) : -1.0;
+    est[i] = slots >= cand[i].K ? bp_step_us(ctx, cand[i], H, slots) : -1.0;
   }
   int bi = -1;
   for (int i = 0; i < nc; i++)
