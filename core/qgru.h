@@ -99,8 +99,10 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
  * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call
  * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
- * (small H only). A call that cannot run the forced shape takes the fallback recurrence under
- * QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under QG_PATH_PERSISTENT. */
+ * (small H only). The integer GRU's STE backward takes cluster, rows and splits too (its R~ is
+ * always in shared memory; storage does not apply). A call that cannot run the forced shape
+ * takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
+ * QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);
 /* Timing of the work enqueued on the context between the two calls, as a pair of CUDA events on
  * its stream measures it (the method of torch.cuda.Event, so benchmarks compare like with like);

@@ -41,14 +41,13 @@
  *   observed for gate.z_out / r_out / g_out come from the device's exp and tanh, which may differ
  *   from glibc's in the last bit. For the same reason pre-activations above 16 bits (no table,
  *   f evaluated per unit; documented as not integer-deployable) are not guaranteed bit-identical.
- * Backward: per step a cell kernel (the shared STE cell) and one fp32 cuBLAS GEMM dh += dq R~;
- *   after the loop the GEMMs of dx, dW, dR (qg_cuda_f32_compute: strict fp32 or TF32) and the bias
- *   sums in a fixed order in double (chunks of rows, then the chunks in order): deterministic.
+ * Backward: kernels/int_gru_backward.cu.
  * Variable lengths as on the CPU: step s is valid for row n iff s < lengths[n], at time t =
  *   reverse ? lengths[n] - 1 - s : s. Device lengths are not read by the host; values outside
  *   1..T are clamped into 0..T (the CPU front door rejects them on the host).
  */
 #include "cuda_common.cuh"
+#include "int_gru_common.cuh"
 #include "stats.cuh"
 #include "../core/int_gru.h"
 
@@ -62,12 +61,6 @@ namespace cg = cooperative_groups;
 
 __device__ __forceinline__ void observe(double *range, int64_t *counts, int op, double v) {
   qg_stats_observe_dev(range + 4 * op, counts + (int64_t)QG_STATS_BINS * op, v);
-}
-
-__device__ __forceinline__ int64_t length_at(const int64_t *L, int64_t n, int64_t T) {
-  if (!L) return T;
-  const int64_t l = L[n];
-  return l < 0 ? 0 : (l > T ? T : l);
 }
 
 /* r = q - base split into s8 planes: one (np = 1) or r = 256 p0 + p1 + 128 (np = 2). */
@@ -805,15 +798,6 @@ static op_planes planes_of(int bits, int uns) {
 /* off = c0 + base - z: the centered code minus its planes' value. */
 static int64_t planes_off(op_planes p, int32_t z) { return p.c0 + p.base - z; }
 
-static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-/* Bytes from a running offset, 256-aligned; returns the offset. */
-static int64_t take(int64_t *total, int64_t bytes) {
-  const int64_t o = *total;
-  *total += round_up(bytes > 0 ? bytes : 1, 256);
-  return o;
-}
-
 /* One configuration of the persistent kernel. */
 struct pk_plan {
   int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
@@ -1151,191 +1135,6 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   if (hn && NH > 0 && TN == 0) {   /* no step: hn = h0 */
     const int32_t *last = hq0;
     hn_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(last, NH, QH, (float *)hn->data);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
-  return QG_OK;
-}
-
-/* ================================ backward ================================ */
-
-struct bwd_params {
-  qg_cell_q cell;
-  qg_cell_tables tb;
-  int64_t T, N, H;
-  const int64_t *L;
-  int reverse;
-  const int32_t *hq;      /* [T+1, N, H] */
-  const uint8_t *cellp;   /* [T, N, H, cb] */
-  int cb;
-  const float *dy;
-  int64_t Hy;
-  int y_offset;
-  float *dp, *dq, *bcx, *bcr;   /* [T N, 3H]: dp in time order, the others in processing order */
-};
-
-/* The STE cell of every (row, unit) at step s; dh_next gets the direct part of dL/dh_{s-1}. */
-__global__ void bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, const float *dh, float *dh_next) {
-  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = p.H, H3 = 3 * H, N = p.N;
-  if (e >= N * H) return;
-  const int64_t n = e / H, i = e % H, Ln = length_at(p.L, n, p.T);
-  float *dqr = p.dq + (s * N + n) * H3, *bxr = p.bcx + (s * N + n) * H3, *brr = p.bcr + (s * N + n) * H3;
-  if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-    for (int k = 0; k < 3; k++) dqr[k * H + i] = bxr[k * H + i] = brr[k * H + i] = 0.0f;
-    dh_next[e] = dh[e];
-    return;
-  }
-  const int64_t t = p.reverse ? Ln - 1 - s : s;
-  qg_cell_out su;
-  qg_cell_grad gr;
-  qg_cell_unpack(p.cellp + ((s * N + n) * H + i) * p.cb, &p.cell, &su);
-  const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
-  qg_cell_backward(&p.cell, &p.tb, &su, p.hq[s * N * H + e], dH, &gr);
-  float *dpr = p.dp + (t * N + n) * H3;
-  for (int k = 0; k < 3; k++) {
-    dpr[k * H + i] = gr.dp[k];
-    dqr[k * H + i] = gr.dq[k];
-    bxr[k * H + i] = gr.dbx[k];
-    brr[k * H + i] = gr.dbr[k];
-  }
-  dh_next[e] = gr.dhprev;
-}
-
-/* Bias sums in a fixed order: the CPU's sequence (steps descending, rows ascending) cut into
- * chunks of BIAS_CHUNK (row, step) pairs summed in double, then the chunks in order. */
-enum { BIAS_CHUNK = 64 };
-
-__global__ void bias_partial_kernel(const float *bcx, const float *bcr, int64_t T, int64_t N, int64_t H3, double *part) {
-  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, c = blockIdx.y, TN = T * N;
-  if (j >= H3) return;
-  const int64_t q1 = (c + 1) * BIAS_CHUNK < TN ? (c + 1) * BIAS_CHUNK : TN;
-  double sx = 0, sr = 0;
-  for (int64_t q = c * BIAS_CHUNK; q < q1; q++) {
-    const int64_t r = (T - 1 - q / N) * N + q % N;
-    sx += bcx[r * H3 + j];
-    sr += bcr[r * H3 + j];
-  }
-  part[(2 * c) * H3 + j] = sx;
-  part[(2 * c + 1) * H3 + j] = sr;
-}
-
-__global__ void bias_final_kernel(const double *part, int64_t chunks, int64_t H3, const uint8_t *mbx, const uint8_t *mbr,
-                                  float *dbx, float *dbr) {
-  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (j >= H3) return;
-  double sx = 0, sr = 0;
-  for (int64_t c = 0; c < chunks; c++) { sx += part[(2 * c) * H3 + j]; sr += part[(2 * c + 1) * H3 + j]; }
-  dbx[j] += mbx[j] ? (float)sx : 0.0f;
-  dbr[j] += mbr[j] ? (float)sr : 0.0f;
-}
-
-/* out = deq(codes) as float. */
-__global__ void deq_kernel(const int32_t *codes, int64_t n, qg_qp q, float *out) {
-  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i < n) out[i] = (float)qg_deq(codes[i], q);
-}
-
-/* out += mask ? v : 0 */
-__global__ void masked_add_kernel(float *out, const float *v, const uint8_t *mask, int64_t n) {
-  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i < n) out[i] += mask[i] ? v[i] : 0.0f;
-}
-
-/* dh0 = dh * M(h0) (1 when h0 is NULL). */
-__global__ void dh0_kernel(const float *dh, const float *h0, qg_qp QH, int64_t n, float *dh0) {
-  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  int m = 1;
-  if (h0) qg_quant_real((double)h0[i], QH, &m);
-  dh0[i] = dh[i] * (float)m;
-}
-
-/* Row-major C [m, n] = op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T),
- * in the context's float math (strict fp32 or TF32). ta/tb: A is [k, m] / B is [n, k] (transposed). */
-static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
-                          const float *B, float beta, float *Cm) {
-  if (m <= 0 || n <= 0) return QG_OK;
-  const float one = 1.0f;
-  const int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-  return qg_cublas_status(ctx, fn, cublasGemmEx(qg_cuda_blas(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
-                                                CUDA_R_32F, (int)n, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT));
-}
-
-extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
-                                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
-                                              const qg_tensor *lengths, int reverse) {
-  const char *fn = "qg_int_gru_backward";
-  cudaStream_t st = qg_cuda_stream(ctx);
-  const qg_tensor *xq = saved->xq;
-  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N, NH = N * H;
-  const qg_cell_q *cq = &g->cell;
-  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
-  const int64_t chunks = (TN + BIAS_CHUNK - 1) / BIAS_CHUNK;
-
-  /* workspace floats: dp, dq, bcx, bcr [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
-   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: bias partial sums [chunks, 2, 3H] */
-  int64_t total = 0;
-  const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, TN * H3 * 4),
-                o_bcr = take(&total, TN * H3 * 4), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
-                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
-                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_part = take(&total, chunks * 2 * H3 * 8);
-  char *ws;
-  QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
-  float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
-  float *dh = (float *)(ws + o_dh), *dh_next = (float *)(ws + o_dhn);
-  float *Xf = (float *)(ws + o_Xf), *Hf = (float *)(ws + o_Hf), *tX = (float *)(ws + o_tX), *tW = (float *)(ws + o_tW),
-        *tR = (float *)(ws + o_tR);
-  double *part = (double *)(ws + o_part);
-
-  if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
-  if (NH > 0) {
-    if (dhn) QG_CUDA_CHECK(ctx, fn, cudaMemcpyAsync(dh, dhn->data, (size_t)NH * 4, cudaMemcpyDeviceToDevice, st));
-    else QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dh, 0, (size_t)NH * 4, st));
-  }
-  bwd_params bp;
-  memset(&bp, 0, sizeof bp);
-  bp.cell = *cq; bp.tb = g->bwd;
-  bp.T = T; bp.N = N; bp.H = H;
-  bp.L = lengths ? (const int64_t *)lengths->data : NULL;
-  bp.reverse = reverse ? 1 : 0;
-  bp.hq = (const int32_t *)saved->hq->data;
-  bp.cellp = (const uint8_t *)saved->cell->data;
-  bp.cb = qg_cell_bytes(cq->narrow);
-  bp.dy = dy ? (const float *)dy->data : NULL;
-  bp.Hy = dy ? dy->dims[2] : 0;
-  bp.y_offset = y_offset;
-  bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
-  for (int64_t s = T - 1; s >= 0 && NH > 0; s--) {
-    bwd_step_kernel<<<qg_cuda_blocks(NH, 128), 128, 0, st>>>(bp, s, dh, dh_next);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    /* dh_next += dq_s R~ */
-    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dq + s * N * H3, g->fq[QG_W_R], 1.0f, dh_next));
-    float *tmp = dh; dh = dh_next; dh_next = tmp;
-  }
-  if (TN > 0 && H3 > 0) {
-    bias_partial_kernel<<<dim3(qg_cuda_blocks(H3, 128), (unsigned)chunks), 128, 0, st>>>(bcx, bcr, T, N, H3, part);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
-  bias_final_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, TN > 0 ? chunks : 0, H3, g->mask[QG_W_BX], g->mask[QG_W_BR],
-                                                             (float *)dbx->data, (float *)dbr->data);
-  QG_CHECK(qg_cuda_launched(ctx, fn));
-  if (dh0 && NH > 0) {
-    dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-  }
-  if (TN > 0 && H > 0) {
-    deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
-    deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx) {
-      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
-      masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
-    }
-    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
-    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
-    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
-    masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
   return QG_OK;

@@ -7,7 +7,12 @@
 --     identical to the CPU's, with both GPU kernel paths forced in turn, with and without saved
 --     state, with h0, per-row lengths and both directions; the codes also equal qref's;
 --   * STE backward: every gradient within 1e-5 relative of the CPU's (accumulated onto non-zero
---     gradients); the same forward and backward twice on the GPU: bit-identical;
+--     gradients; dy with a column offset, dhn, h0 / dh0, lengths, reverse; H in {1, 7, 64, 130},
+--     N in {1, 3, 16, 17}), with the per-step and the persistent recurrence forced in turn, the
+--     latter also with forced cluster shapes (several CTAs splitting R~'s columns, several rows
+--     per cluster, forced splits); the same forward and backward twice on the GPU: bit-identical;
+--     a forced persistent backward on an H it cannot hold (or a forced shape that cannot hold H)
+--     is a clear error, and auto falls back;
 --   * calibration statistics observed on the GPU equal the CPU's and give identical (e, z) for
 --     every operator;
 --   * a forced persistent path on operands it cannot hold is a clear error; auto falls back.
@@ -277,13 +282,25 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     return
   end
 
+  -- shape: the persistent backward's forced {cluster, rows, splits} (qg_ctx_set_persist_shape), or
+  -- nil (chosen); the fallback path ignores it
   local BCASES = {
     { seed = 21, T = 6, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true },
     { seed = 22, T = 5, N = 17, C = 300, H = 130, h0 = true },
     { seed = 23, T = 7, N = 1, C = 1, H = 1, lengths = true },
+    { seed = 24, T = 9, N = 17, C = 5, H = 7, lengths = true, reverse = true, shape = { 2, 8, 0 } },
+    { seed = 25, T = 5, N = 3, C = 5, H = 130, h0 = true, lengths = true, reverse = true, shape = { 8, 2, 0 } },
+    { seed = 26, T = 4, N = 1, C = 5, H = 130, h0 = true, shape = { 4, 1, 5 } },
+    { seed = 27, T = 6, N = 17, C = 5, H = 1, h0 = true, reverse = true, shape = { 1, 4, 0 } },
+    { seed = 28, T = 3, N = 3, C = 5, H = 130, lengths = true, shape = { 1, 1, 0 } },
+    { seed = 29, T = 30, N = 16, C = 40, H = 64, lengths = true },   -- long-kws-like
   }
+  local gpu_ctx = clib.context("cuda")
   for _, c in ipairs(BCASES) do
-    it(string.format("seed %d: STE gradients within 1e-5 of the CPU's, both paths; the same run twice is bit-identical", c.seed), function()
+    local sh = c.shape and string.format(" (persistent forced to %d CTAs x %d rows, %d splits)", c.shape[1], c.shape[2], c.shape[3]) or ""
+    it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s: STE gradients within 1e-5 of the CPU's, both paths%s; the same run twice "
+                     .. "is bit-identical", c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "",
+                     c.reverse and " reverse" or "", sh), function()
       local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
       qgru.seed(300 + c.seed)
@@ -299,10 +316,15 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
         with_path(path, function()
           local hg = layer_on("cuda", lq, c.C, c.H)
           local runs = {}
-          for r = 1, 2 do
-            local o = forward("cuda", hg, inp, true)
-            runs[r] = { o = o, g = backward(hg, o, dy, dhn, g0) }
-          end
+          if path == "persistent" and c.shape then check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, c.shape[1], c.shape[2], c.shape[3], 0)) end
+          local ok, err = pcall(function()
+            for r = 1, 2 do
+              local o = forward("cuda", hg, inp, true)
+              runs[r] = { o = o, g = backward(hg, o, dy, dhn, g0) }
+            end
+          end)
+          check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+          if not ok then error(err, 0) end
           for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
             local err = U.rel_err(flat(runs[1].g[k]), flat(gref[k]))
             assert(err < 1e-5, string.format("%s %s: relative error %.3g vs the CPU", path, k, err))
@@ -313,6 +335,48 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
       end
     end)
   end
+
+  it("a forced persistent backward on an R~ no cluster can hold (H = 600) or a forced shape that cannot hold H is a clear error; "
+     .. "auto falls back and matches the CPU", function()
+    local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
+    local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+    local inp = inputs(c, w)
+    qgru.seed(332)
+    local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
+    local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+    local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }), dW = qgru.zeros({ 3 * c.H, c.C }), dR = qgru.zeros({ 3 * c.H, c.H }),
+                 dbx = qgru.zeros({ 3 * c.H }), dbr = qgru.zeros({ 3 * c.H }) }
+    local hc = layer_on("cpu", lq, c.C, c.H)
+    local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+    local hg = layer_on("cuda", lq, c.C, c.H)
+    local o = forward("cuda", hg, inp, true)   -- auto path
+    with_path("persistent", function()
+      assert.raises_match(function() backward(hg, o, dy, dhn, g0) end,
+                          "the persistent integer GRU backward needs R~ (float [3H, H], H = 600) split over the shared memory "
+                          .. "of a cluster of up to 16 CTAs: 273600 bytes per CTA with 16 plus the exchanged dq")
+    end)
+    local g = backward(hg, o, dy, dhn, g0)   -- auto: the per-step path
+    for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+      local err = U.rel_err(flat(g[k]), flat(gref[k]))
+      assert(err < 1e-5, string.format("auto %s: relative error %.3g vs the CPU", k, err))
+    end
+    -- a forced shape of 16 CTAs cannot split H = 7 units (every CTA needs one)
+    local c7 = { seed = 33, T = 3, N = 2, C = 3, H = 7 }
+    local lq7, w7 = calibrated(c7.seed, uniform_config(8, nil, "int8"), c7.T, c7.N, c7.C, c7.H)
+    local h7 = layer_on("cuda", lq7, c7.C, c7.H)
+    local o7 = forward("cuda", h7, inputs(c7, w7), true)
+    local z7 = { dx = qgru.zeros({ c7.T, c7.N, c7.C }), dW = qgru.zeros({ 3 * c7.H, c7.C }), dR = qgru.zeros({ 3 * c7.H, c7.H }),
+                 dbx = qgru.zeros({ 3 * c7.H }), dbr = qgru.zeros({ 3 * c7.H }) }
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 16, 1, 0, 0))
+    local ok, err = pcall(function()
+      with_path("persistent", function()
+        assert.raises_match(function() backward(h7, o7, qgru.zeros({ c7.T, c7.N, c7.H + 3 }), qgru.zeros({ c7.N, c7.H }), z7) end,
+                            "the persistent integer GRU backward needs a forced shape that holds H = 7: 16 CTAs per cluster, 1 rows")
+      end)
+    end)
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+    if not ok then error(err, 0) end
+  end)
 
   it("calibration statistics observed on the GPU give the CPU's (e, z) for every operator, both paths", function()
     local c = { seed = 31, T = 6, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }

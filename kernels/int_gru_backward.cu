@@ -1,0 +1,541 @@
+/*
+ * int_gru_backward.cu: the straight-through backward of the integer GRU layer on CUDA
+ * (qg_int_gru_backward of core/qgru.h, QUANT_SPEC.md section 4). The per-unit work is the shared
+ * STE cell qg_cell_backward of core/int_gru_cell.h, the function the CPU backend
+ * (core/int_gru_cpu.c) calls; this file arranges the recurrence and the GEMMs around it. It is a
+ * file of its own (the forward and the weight quantization are kernels/int_gru.cu) because its
+ * recurrence has two paths of its own. Built with --fmad=false (CMakeLists.txt) like int_gru.cu:
+ * the cell's float math must round as the CPU's (built with -ffp-contract=off).
+ *
+ * The recurrence, steps s = T-1 down to 0, one of two paths (ctx->kernel_path; AUTO takes the
+ * persistent one where it fits and its estimate beats the fallback's, a forced PERSISTENT on a
+ * shape it cannot hold is QG_ERR_UNSUPPORTED naming the limit, a forced FALLBACK runs the
+ * per-step launches):
+ *   - persistent (bwd_persist_kernel): one launch for all T steps, the design of the float GRU's
+ *     persistent backward (kernels/gru_persist.cu). A thread-block cluster of K CTAs (K = 1, 2, 4,
+ *     8, 16) runs NB batch rows; CTA k owns the hidden units [k Hk, k Hk + Hk) and holds the
+ *     fake-quantized R~'s columns of those units for all 3H rows in shared memory (float:
+ *     Rt[j][u] = R~[j][k Hk + u]), and the cluster rows' dq, qb[2][NB][3H], double-buffered. Step
+ *     s: one thread per (row, unit) runs the shared STE cell from its dh (kept in a register; the
+ *     step's saved record, h code and dy were loaded during the previous step), writes dp, dq,
+ *     bcx and bcr as the fallback does (the after-loop GEMMs and bias sums read them), and stores
+ *     its three dq values into every CTA's qb (distributed shared memory); one cluster barrier;
+ *     S threads per unit form the partial sums of sum_j dq[n, j] R~[j, i] over strided shares
+ *     j = ms, ms + S, ... (sequential fp32 FMAs), and the (row, unit) thread sets
+ *     dh = direct part + the partials added in a fixed order (sum_partials). Deterministic: the
+ *     order depends only on the configuration, which depends only on the device and the shape.
+ *     Batch-row groups are independent clusters (no barrier between them). The matrix-vector
+ *     product is strict fp32 in both math modes (more accurate than TF32, and the product is
+ *     latency-bound, so TF32 would not be faster). R~ must fit: 12 H ceil(H / K) bytes plus the
+ *     exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an H100/H200).
+ *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
+ *     GEMM dh += dq_s R~ in the context's math mode.
+ * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
+ * rows is cleared before the loop); time t = reverse ? lengths[n] - 1 - s : s.
+ * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32) and the bias sums
+ * in a fixed order in double (chunks of rows, then the chunks in order), dh0 = dh M(h0).
+ */
+#include "int_gru_common.cuh"
+#include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
+
+#include <stdio.h>
+#include <string.h>
+
+struct bwd_params {
+  qg_cell_q cell;
+  qg_cell_tables tb;
+  int64_t T, N, H;
+  const int64_t *L;
+  int reverse;
+  const int32_t *hq;      /* [T+1, N, H] */
+  const uint8_t *cellp;   /* [T, N, H, cb] */
+  int cb;
+  const float *dy;
+  int64_t Hy;
+  int y_offset;
+  float *dp, *dq, *bcx, *bcr;   /* [T N, 3H]: dp in time order, the others in processing order */
+  const float *Rf;              /* R~ [3H, H] (the persistent kernel) */
+};
+
+/* One valid step s (time t) of row n, unit i: the shared STE cell on the saved record rec, the
+ * code hprev of h_{s} and dH = dL/dh_t; writes dp, dq, bcx, bcr; returns the direct part of
+ * dL/dh_{t-1} and the unit's dq in dq3. */
+__device__ __forceinline__ float ste_unit(const bwd_params &p, int64_t s, int64_t t, int64_t n, int64_t i, const uint8_t *rec,
+                                          int64_t hprev, float dH, float *dq3) {
+  const int64_t H = p.H, H3 = 3 * H, N = p.N;
+  qg_cell_out su;
+  qg_cell_grad gr;
+  qg_cell_unpack(rec, &p.cell, &su);
+  qg_cell_backward(&p.cell, &p.tb, &su, hprev, dH, &gr);
+  float *dpr = p.dp + (t * N + n) * H3, *dqr = p.dq + (s * N + n) * H3, *bxr = p.bcx + (s * N + n) * H3,
+        *brr = p.bcr + (s * N + n) * H3;
+  for (int k = 0; k < 3; k++) {
+    dpr[k * H + i] = gr.dp[k];
+    dqr[k * H + i] = gr.dq[k];
+    bxr[k * H + i] = gr.dbx[k];
+    brr[k * H + i] = gr.dbr[k];
+    dq3[k] = gr.dq[k];
+  }
+  return gr.dhprev;
+}
+
+/* A padded step s of row n, unit i: no gate gradients. */
+__device__ __forceinline__ void pad_unit(const bwd_params &p, int64_t s, int64_t n, int64_t i) {
+  const int64_t H = p.H, H3 = 3 * H, r = (s * p.N + n) * H3;
+  for (int k = 0; k < 3; k++) p.dq[r + k * H + i] = p.bcx[r + k * H + i] = p.bcr[r + k * H + i] = 0.0f;
+}
+
+/* The STE cell of every (row, unit) at step s; dh_next gets the direct part of dL/dh_{s-1}. */
+__global__ void bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, const float *dh, float *dh_next) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = p.H, N = p.N;
+  if (e >= N * H) return;
+  const int64_t n = e / H, i = e % H, Ln = length_at(p.L, n, p.T);
+  if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+    pad_unit(p, s, n, i);
+    dh_next[e] = dh[e];
+    return;
+  }
+  const int64_t t = p.reverse ? Ln - 1 - s : s;
+  const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
+  float dq3[3];
+  dh_next[e] = ste_unit(p, s, t, n, i, p.cellp + ((s * N + n) * H + i) * p.cb, p.hq[s * N * H + e], dH, dq3);
+}
+
+/* ---- the persistent recurrence ---------------------------------------------------------------------- */
+
+enum { BP_MAX_THREADS = 512, BP_MAX_WORDS = 5 };
+
+/* One configuration: clusters of K CTAs of `threads` threads, Hk units per CTA, NB rows per
+ * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA. */
+struct bp_plan {
+  int K, Hk, NB, S, threads, groups, smem;
+};
+
+/* A (row, unit)'s inputs of one step, loaded a step ahead: the saved record as 32-bit words (cb is
+ * 12 or 20 bytes; the host checks the base's alignment), the h code and dy. */
+struct step_in {
+  uint32_t w[BP_MAX_WORDS];
+  int32_t hp;
+  float dy;
+};
+
+__device__ __forceinline__ void load_step(const bwd_params &p, int64_t s, int64_t n, int64_t i, int64_t Ln, step_in &in) {
+  if (s < 0 || s >= Ln) return;
+  const int64_t N = p.N, H = p.H, e = (s * N + n) * H + i, t = p.reverse ? Ln - 1 - s : s;
+  const uint32_t *src = (const uint32_t *)(p.cellp + e * p.cb);
+  const int nw = p.cb / 4;
+#pragma unroll
+  for (int k = 0; k < BP_MAX_WORDS; k++)
+    if (k < nw) in.w[k] = src[k];
+  in.hp = p.hq[e];
+  if (p.dy) in.dy = p.dy[(t * N + n) * p.Hy + p.y_offset + i];
+}
+
+/* dh: [N, H], the incoming dL/dh_T on entry, dL/dh_0 (before the h0 mask) on exit. */
+template <int NB>
+__global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = (int)p.H, H3 = 3 * H, N = (int)p.N, T = (int)p.T, Hk = c.Hk, S = c.S, K = c.K;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = K > 1 ? (int)cl.block_rank() : 0;
+  const int n0 = (blockIdx.x / K) * NB, rows = min(NB, N - n0);
+  const int k0 = rank * Hk, hk = min(Hk, H - k0);
+  const int NBHk = NB * Hk;
+  float *Rt = sm;                            /* [3H][Hk] */
+  float *qb = Rt + (size_t)H3 * Hk;          /* [2][NB][3H] */
+  float *part = qb + 2 * NB * H3;            /* [S][NB][Hk] */
+  const int tid = threadIdx.x, nth = blockDim.x;
+
+  for (int q = tid; q < H3 * Hk; q += nth) {
+    const int j = q / Hk, u = q - j * Hk;
+    Rt[q] = u < hk ? p.Rf[(int64_t)j * H + k0 + u] : 0.0f;
+  }
+  for (int q = tid; q < 2 * NB * H3; q += nth) qb[q] = 0.0f;   /* rows beyond the batch stay 0 */
+
+  /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk */
+  const int pb = tid / Hk, pu = tid - pb * Hk;
+  const bool pact = pb < rows && pu < hk;
+  const int pn = n0 + pb, pi = k0 + pu;
+  const int64_t L = pact ? length_at(p.L, pn, T) : 0;
+  float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f;
+  step_in in;
+  if (pact) load_step(p, T - 1, pn, pi, L, in);
+  /* matrix-vector role: unit mu, share ms of the j range (j = ms, ms + S, ...) */
+  const int mu = tid % Hk, ms = tid / Hk;
+  const bool mv = ms < S;
+
+  cluster_barrier(K);   /* every CTA's shared memory is set before any peer writes into it */
+
+  for (int s = T - 1; s >= 0; s--) {
+    float *qc = qb + (s & 1) * NB * H3;
+    float keep = 0.0f;
+    if (pact) {
+      float dq3[3] = {0.0f, 0.0f, 0.0f};
+      if (s < L) {
+        const int64_t t = p.reverse ? L - 1 - s : s;
+        const float dH = dh + (p.dy ? in.dy : 0.0f);
+        keep = ste_unit(p, s, t, pn, pi, (const uint8_t *)in.w, in.hp, dH, dq3);
+      } else {   /* padded: the state gradient passes through */
+        pad_unit(p, s, pn, pi);
+        keep = dh;
+      }
+      load_step(p, s - 1, pn, pi, L, in);   /* the next step's inputs, in flight across the barrier */
+      float *dst = qc + pb * H3 + pi;
+      if (K == 1) {
+        dst[0] = dq3[0]; dst[H] = dq3[1]; dst[2 * H] = dq3[2];
+      } else {
+        for (int rk = 0; rk < K; rk++) {
+          float *q = cl.map_shared_rank(dst, rk);
+          q[0] = dq3[0]; q[H] = dq3[1]; q[2 * H] = dq3[2];
+        }
+      }
+    }
+    cluster_barrier(K);
+    if (mv) {
+      float acc[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+      const float *rp = Rt + mu;
+#pragma unroll 4
+      for (int j = ms; j < H3; j += S) {
+        const float rv = rp[j * Hk];
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] = fmaf(qc[b * H3 + j], rv, acc[b]);
+      }
+#pragma unroll
+      for (int b = 0; b < NB; b++) part[(ms * NB + b) * Hk + mu] = acc[b];
+    }
+    __syncthreads();
+    if (pact) dh = keep + sum_partials(part + pb * Hk + pu, S, NBHk);
+  }
+  if (pact) dh_io[(int64_t)pn * H + pi] = dh;
+}
+
+typedef void (*bp_kernel)(bwd_params, bp_plan, float *);
+
+static bp_kernel bp_kernel_of(int NB) {
+  switch (NB) {
+    case 1: return bwd_persist_kernel<1>;
+    case 2: return bwd_persist_kernel<2>;
+    case 4: return bwd_persist_kernel<4>;
+    case 8: return bwd_persist_kernel<8>;
+  }
+  return NULL;
+}
+
+static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S) { return 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk); }
+
+static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLaunchAttribute *at) {
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3((unsigned)(c.groups * c.K));
+  lc.blockDim = dim3((unsigned)c.threads);
+  lc.dynamicSmemBytes = (size_t)c.smem;
+  lc.stream = qg_cuda_stream(ctx);
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = (unsigned)c.K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+  lc.attrs = at;
+  lc.numAttrs = 1;
+  return lc;
+}
+
+/* Estimated microseconds per step: the cost model of the float persistent backward
+ * (kernels/gru_persist.cu, step_cycles: fitted there on an H200; the integer cell is counted a
+ * little heavier) at about 1.75 GHz, times the waves of CTAs. The matrix-vector part is the larger
+ * of one thread's chain of loads and FMAs, the CTA's shared-memory loads and its FMAs. */
+static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t slots) {
+  const double kd = 3.0 * (double)H, NB = c.NB, Hk = c.Hk, S = c.S;
+  const double serial = ((double)((int64_t)kd + c.S - 1) / c.S) * (12.0 + NB);
+  const double lds = Hk * kd * (1.0 + NB) / 32.0, fma = Hk * kd * NB / 128.0;
+  double mv = serial > lds ? serial : lds;
+  if (fma > mv) mv = fma;
+  const double red = (S / 4.0 + 4.0) * 6.0 + 40.0, cell = 400.0;
+  const double sync = c.K > 1 ? 1900.0 + 20.0 * c.K + 2.5 * 3.0 * NB * Hk * c.K : 300.0;
+  const int64_t blocks = (int64_t)c.groups * c.K;
+  double waves = (double)((blocks + slots - 1) / slots);
+  if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
+  (void)ctx;
+  return waves * (1.3 * mv + red + cell + sync + 300.0) / 1750.0;
+}
+
+/* Per kernel and device, once: the shared-memory opt-in and the non-portable cluster size. */
+static qg_status bp_prepare(qg_ctx *ctx, const char *fn, bp_kernel f) {
+  static struct { bp_kernel f; int dev; } done[16];
+  static int ndone = 0;
+  for (int i = 0; i < ndone; i++)
+    if (done[i].f == f && done[i].dev == ctx->device_index) return QG_OK;
+  QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, ctx->smem_optin));
+  QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (ndone < 16) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
+  return QG_OK;
+}
+
+/* The configuration with the best estimate that the device can place (*found = 1), or none. */
+static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, bp_plan *out, double *step_us, int *found) {
+  *found = 0;
+  static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
+  enum { MAXC = 80 };
+  bp_plan cand[MAXC];
+  double est[MAXC];
+  int nc = 0;
+  const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape (its storage does not apply) */
+  for (int ki = 0; ki < 5; ki++) {
+    const int K = Ks[ki];
+    if (K > H) break;
+    if (forced && K != ctx->persist_cluster) continue;
+    const int Hk = (int)((H + K - 1) / K);
+    if ((int64_t)(K - 1) * Hk >= H || Hk > BP_MAX_THREADS) continue;
+    for (int ni = 0; ni < 4; ni++) {
+      const int NB = NBs[ni];
+      if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
+      if (NB * Hk > BP_MAX_THREADS) break;
+      int Smax = BP_MAX_THREADS / Hk;
+      if (Smax > 3 * H) Smax = (int)(3 * H);
+      const int fs = forced && ctx->persist_splits > 0 ? (ctx->persist_splits < Smax ? ctx->persist_splits : Smax) : 0;
+      for (int S = fs ? fs : Smax, ns = 0; S >= 1 && ns < (fs ? 1 : 4); S /= 2, ns++) {
+        bp_plan c;
+        c.K = K; c.Hk = Hk; c.NB = NB; c.S = S;
+        c.threads = (int)round_up(Hk * S > NB * Hk ? Hk * S : NB * Hk, 32);
+        c.groups = (int)((N + NB - 1) / NB);
+        int64_t bytes = bp_smem(H, Hk, NB, S);
+        if (bytes > ctx->smem_optin || nc >= MAXC) continue;
+        /* one CTA per multiprocessor (as the float kernels: a step waits for its slowest CTA) */
+        if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
+        c.smem = (int)bytes;
+        cand[nc] = c;
+        est[nc] = 0;
+        nc++;
+      }
+    }
+  }
+  for (int i = 0; i < nc; i++) {
+    const bp_kernel f = bp_kernel_of(cand[i].NB);
+    int64_t slots = ctx->sm_count;
+    if (cand[i].K > 1) {
+      QG_CHECK(bp_prepare(ctx, fn, f));
+      cudaLaunchAttribute at[1];
+      cudaLaunchConfig_t lc = bp_launch_config(ctx, cand[i], at);
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, f, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
+      slots = (int64_t)n * cand[i].K;
+    }
+    est[i] = slots >= cand[i].K ? bp_step_us(ctx, cand[i], H, slots) : -1.0;
+  }
+  int bi = -1;
+  for (int i = 0; i < nc; i++)
+    if (est[i] >= 0 && (bi < 0 || est[i] < est[bi])) bi = i;
+  if (bi >= 0) { *out = cand[bi]; *step_us = est[bi]; *found = 1; }
+  return QG_OK;
+}
+
+/* Memoized per device and shape (the search runs occupancy queries). */
+static qg_status bp_choose(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, bp_plan *out, double *step_us, int *found) {
+  enum { MEMO = 64 };
+  static struct { int64_t N, H; int key[5], found; bp_plan c; double us; } memo[MEMO];
+  static int nmemo = 0, next = 0;
+  const int key[5] = {ctx->device_index, ctx->smem_optin, ctx->persist_cluster, ctx->persist_rows, ctx->persist_splits};
+  for (int i = 0; i < nmemo; i++)
+    if (memo[i].N == N && memo[i].H == H && memcmp(memo[i].key, key, sizeof key) == 0) {
+      *out = memo[i].c; *step_us = memo[i].us; *found = memo[i].found;
+      return QG_OK;
+    }
+  QG_CHECK(bp_choose_uncached(ctx, fn, N, H, out, step_us, found));
+  const int k = nmemo < MEMO ? nmemo++ : (next++ % MEMO);
+  memo[k].N = N; memo[k].H = H; memcpy(memo[k].key, key, sizeof key);
+  memo[k].found = *found; memo[k].c = *found ? *out : bp_plan{}; memo[k].us = *found ? *step_us : 0.0;
+  return QG_OK;
+}
+
+/* The per-step fallback's cost per step (us): two launches (about 4 us each at small shapes, the
+ * QAT step timings of bench/gpu.md) plus the GEMM's arithmetic. */
+static double fallback_step_us(const qg_ctx *ctx, int64_t N, int64_t H) {
+  const double flops = 2.0 * (double)N * 3.0 * (double)H * (double)H;
+  return 8.0 + flops / (ctx->math == QG_MATH_TF32 ? 100e6 : 25e6);
+}
+
+/* ---- after the loop ----------------------------------------------------------------------------------- */
+
+/* Bias sums in a fixed order: the CPU's sequence (steps descending, rows ascending) cut into
+ * chunks of BIAS_CHUNK (row, step) pairs summed in double, then the chunks in order. */
+enum { BIAS_CHUNK = 64 };
+
+__global__ void bias_partial_kernel(const float *bcx, const float *bcr, int64_t T, int64_t N, int64_t H3, double *part) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, c = blockIdx.y, TN = T * N;
+  if (j >= H3) return;
+  const int64_t q1 = (c + 1) * BIAS_CHUNK < TN ? (c + 1) * BIAS_CHUNK : TN;
+  double sx = 0, sr = 0;
+  for (int64_t q = c * BIAS_CHUNK; q < q1; q++) {
+    const int64_t r = (T - 1 - q / N) * N + q % N;
+    sx += bcx[r * H3 + j];
+    sr += bcr[r * H3 + j];
+  }
+  part[(2 * c) * H3 + j] = sx;
+  part[(2 * c + 1) * H3 + j] = sr;
+}
+
+__global__ void bias_final_kernel(const double *part, int64_t chunks, int64_t H3, const uint8_t *mbx, const uint8_t *mbr,
+                                  float *dbx, float *dbr) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= H3) return;
+  double sx = 0, sr = 0;
+  for (int64_t c = 0; c < chunks; c++) { sx += part[(2 * c) * H3 + j]; sr += part[(2 * c + 1) * H3 + j]; }
+  dbx[j] += mbx[j] ? (float)sx : 0.0f;
+  dbr[j] += mbr[j] ? (float)sr : 0.0f;
+}
+
+/* out = deq(codes) as float. */
+__global__ void deq_kernel(const int32_t *codes, int64_t n, qg_qp q, float *out) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = (float)qg_deq(codes[i], q);
+}
+
+/* out += mask ? v : 0 */
+__global__ void masked_add_kernel(float *out, const float *v, const uint8_t *mask, int64_t n) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] += mask[i] ? v[i] : 0.0f;
+}
+
+/* dh0 = dh * M(h0) (1 when h0 is NULL). */
+__global__ void dh0_kernel(const float *dh, const float *h0, qg_qp QH, int64_t n, float *dh0) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int m = 1;
+  if (h0) qg_quant_real((double)h0[i], QH, &m);
+  dh0[i] = dh[i] * (float)m;
+}
+
+/* Row-major C [m, n] = op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T),
+ * in the context's float math (strict fp32 or TF32). ta/tb: A is [k, m] / B is [n, k] (transposed). */
+static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          const float *B, float beta, float *Cm) {
+  if (m <= 0 || n <= 0) return QG_OK;
+  const float one = 1.0f;
+  const int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+  return qg_cublas_status(ctx, fn, cublasGemmEx(qg_cuda_blas(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
+                                                CUDA_R_32F, (int)n, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                                              const qg_tensor *lengths, int reverse) {
+  const char *fn = "qg_int_gru_backward";
+  cudaStream_t st = qg_cuda_stream(ctx);
+  const qg_tensor *xq = saved->xq;
+  const int64_t T = xq->dims[0], N = xq->dims[1], C = g->C, H = g->H, H3 = 3 * H, TN = T * N, NH = N * H;
+  const qg_cell_q *cq = &g->cell;
+  const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
+  const int64_t chunks = (TN + BIAS_CHUNK - 1) / BIAS_CHUNK;
+  const int path = ctx->kernel_path;
+
+  /* the recurrence's path (before any work is queued) */
+  bp_plan pc;
+  memset(&pc, 0, sizeof pc);
+  int persistent = 0;
+  if (path != QG_PATH_FALLBACK && TN > 0 && NH > 0) {
+    char why[256];
+    why[0] = 0;
+    double step_us = 0;
+    int found = 0;
+    if (T >= (1LL << 31) || H > (1LL << 20) || N >= (1LL << 31))
+      snprintf(why, sizeof why, "T, N below 2^31 and H at most 2^20 (got T = %lld, N = %lld, H = %lld)", (long long)T, (long long)N,
+               (long long)H);
+    else if (((uintptr_t)saved->cell->data & 3) != 0)
+      snprintf(why, sizeof why, "the saved cell state 4-byte aligned (got address %p)", saved->cell->data);
+    else {
+      QG_CHECK(bp_choose(ctx, fn, N, H, &pc, &step_us, &found));
+      if (!found && ctx->persist_cluster > 0)
+        snprintf(why, sizeof why,
+                 "a forced shape that holds H = %lld: %d CTAs per cluster, %d rows (qg_ctx_set_persist_shape; shared memory "
+                 "per CTA: at most %d bytes)",
+                 (long long)H, ctx->persist_cluster, ctx->persist_rows, ctx->smem_optin);
+      else if (!found)
+        snprintf(why, sizeof why,
+                 "R~ (float [3H, H], H = %lld) split over the shared memory of a cluster of up to 16 CTAs: %lld bytes per CTA "
+                 "with 16 plus the exchanged dq, at most %d",
+                 (long long)H, (long long)(12 * H * ((H + 15) / 16)), ctx->smem_optin);
+    }
+    if (why[0]) {
+      if (path == QG_PATH_PERSISTENT)
+        return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "the persistent integer GRU backward needs %s; use kernel path 'auto' or 'fallback'", why);
+    } else {
+      persistent = path == QG_PATH_PERSISTENT || ctx->persist_cluster > 0 || step_us <= fallback_step_us(ctx, N, H);
+    }
+  }
+
+  /* workspace floats: dp, dq, bcx, bcr [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
+   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: bias partial sums [chunks, 2, 3H] */
+  int64_t total = 0;
+  const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, TN * H3 * 4),
+                o_bcr = take(&total, TN * H3 * 4), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
+                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
+                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_part = take(&total, chunks * 2 * H3 * 8);
+  char *ws;
+  QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
+  float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
+  float *dh = (float *)(ws + o_dh), *dh_next = (float *)(ws + o_dhn);
+  float *Xf = (float *)(ws + o_Xf), *Hf = (float *)(ws + o_Hf), *tX = (float *)(ws + o_tX), *tW = (float *)(ws + o_tW),
+        *tR = (float *)(ws + o_tR);
+  double *part = (double *)(ws + o_part);
+
+  if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
+  if (NH > 0) {
+    if (dhn) QG_CUDA_CHECK(ctx, fn, cudaMemcpyAsync(dh, dhn->data, (size_t)NH * 4, cudaMemcpyDeviceToDevice, st));
+    else QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dh, 0, (size_t)NH * 4, st));
+  }
+  bwd_params bp;
+  memset(&bp, 0, sizeof bp);
+  bp.cell = *cq; bp.tb = g->bwd;
+  bp.T = T; bp.N = N; bp.H = H;
+  bp.L = lengths ? (const int64_t *)lengths->data : NULL;
+  bp.reverse = reverse ? 1 : 0;
+  bp.hq = (const int32_t *)saved->hq->data;
+  bp.cellp = (const uint8_t *)saved->cell->data;
+  bp.cb = qg_cell_bytes(cq->narrow);
+  bp.dy = dy ? (const float *)dy->data : NULL;
+  bp.Hy = dy ? dy->dims[2] : 0;
+  bp.y_offset = y_offset;
+  bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
+  bp.Rf = g->fq[QG_W_R];
+  if (persistent) {
+    const bp_kernel f = bp_kernel_of(pc.NB);
+    QG_CHECK(bp_prepare(ctx, fn, f));
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t lc = bp_launch_config(ctx, pc, at);
+    QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, f, bp, pc, dh));
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  for (int64_t s = T - 1; s >= 0 && NH > 0 && !persistent; s--) {
+    bwd_step_kernel<<<qg_cuda_blocks(NH, 128), 128, 0, st>>>(bp, s, dh, dh_next);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* dh_next += dq_s R~ */
+    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dq + s * N * H3, g->fq[QG_W_R], 1.0f, dh_next));
+    float *tmp = dh; dh = dh_next; dh_next = tmp;
+  }
+  if (TN > 0 && H3 > 0) {
+    bias_partial_kernel<<<dim3(qg_cuda_blocks(H3, 128), (unsigned)chunks), 128, 0, st>>>(bcx, bcr, T, N, H3, part);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  bias_final_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, TN > 0 ? chunks : 0, H3, g->mask[QG_W_BX], g->mask[QG_W_BR],
+                                                             (float *)dbx->data, (float *)dbr->data);
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+  if (dh0 && NH > 0) {
+    dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  if (TN > 0 && H > 0) {
+    deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
+    deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {
+      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
+      masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
+    }
+    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
+    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  }
+  return QG_OK;
+}
