@@ -36,8 +36,8 @@
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
- *        three gates) x 64 batch rows: R h on mma.sync m16n8k32 (cp.async double-buffered K
- *        tiles, two K groups of 8 warps), the per-row sums of the h planes for the zero-point
+ *        three gates) x 64 batch rows: R h on mma.sync m16n8k32 (a 4-stage cp.async pipeline
+ *        of K tiles, two K groups of 8 warps), the per-row sums of the h planes for the zero-point
  *        term from the same B fragments (__dp4a); the sums of a unit's three gates meet in
  *        shared memory, then each thread runs the cells of one unit for 4 batch rows and writes
  *        the next step's h codes and planes. Operands of <= 16 bits and H < 2^17 (exact as W x
@@ -505,17 +505,18 @@ __device__ __forceinline__ void cell_wx(const rec_common &c, int64_t row, int64_
  * Block (TS_THREADS threads): TS_U units (all three gates: the TS_M rows k H + u0 + u of R, gate
  * major) x TS_N batch rows. R h from the int8 planes of R ([PR][3H][Kp], read from L2 every step)
  * and of the step's h ([PH][Np][Kp], double-buffered: step s reads buffer s & 1 and writes the
- * other) on mma.sync m16n8k32, the tiles of each TS_BK columns staged by cp.async into two
- * buffers. Warps: two K groups (the two 32-column halves of each staged tile) of 8 warps, each
- * 48 rows x 16 batch rows. The per-row sums of the h planes (the zero-point term offR[j] SH[n])
- * come from the same B fragments (__dp4a, warps of the first 48 rows). The two K groups' sums
- * meet in shared memory (int32 for one plane pair, else int64 with the plane scales), where
- * each thread then takes the three gates of its unit for TS_N / 16 batch rows: the exact sum
+ * other) on mma.sync m16n8k32, the tiles of each TS_BK columns staged by cp.async through
+ * TS_STAGES buffers (three tiles in flight: with one, the loop waits on L2 latency every tile).
+ * Warps: two K groups (the two 32-column halves of each staged tile) of 8 warps, each 48 rows x
+ * 16 batch rows. The per-row sums of the h planes (the zero-point term offR[j] SH[n]) come from
+ * the same B fragments (__dp4a, warps of the first 48 rows). The two K groups' sums meet in
+ * shared memory (int32 for one plane pair, else int64 with the plane scales), where each thread
+ * then takes the three gates of its unit for TS_N / 16 batch rows: the exact sum
  *   R h = sum_ab sA sB (PR_a . PH_b) + rconst[j] + offR[j] SH[n]     (see the header)
  * requantized to matmul.Rh, the shared cell, y, the saved state, hn, and the next step's h codes
  * and planes. Every plane product is below 2^14 Kp < 2^31 (H < 2^17): exact. */
 enum { TS_U = 32, TS_M = 3 * TS_U, TS_N = 64, TS_BK = 64, TS_LD = TS_BK + 16, TS_THREADS = 512, TS_ALD = TS_M + 4,
-       TS_STAGE = (TS_M + TS_N) * TS_LD };
+       TS_STAGE = (TS_M + TS_N) * TS_LD, TS_STAGES = 4 };
 
 struct ts_params {
   rec_common c;
@@ -529,7 +530,7 @@ struct ts_params {
 
 /* Shared memory of the tensor-core step: the staging buffers, later the summed tile. */
 static size_t ts_smem(int single) {
-  const size_t stage = 2 * (size_t)TS_STAGE, tile = (size_t)TS_N * TS_ALD * (single ? 4 : 8);
+  const size_t stage = (size_t)TS_STAGES * TS_STAGE, tile = (size_t)TS_N * TS_ALD * (single ? 4 : 8);
   return stage > tile ? stage : tile;
 }
 
@@ -539,7 +540,8 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* SINGLE: one plane of R and of h (operands of <= 8 bits): int32 sums, no plane loops. */
 template <int WIDE, int OBS, int SINGLE>
@@ -606,14 +608,18 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
           cp_async16(stage + buf * TS_STAGE + dst[q], src + (bytes ? (int64_t)kt * TS_BK : 0), bytes);
         }
       };
-      load(0, 0);
-      cp_async_commit();
-      for (int kt = 0; kt < nk; kt++) {
-        if (kt + 1 < nk) load(kt + 1, (kt + 1) & 1);
+      /* TS_STAGES buffers: tiles kt + 1 .. kt + TS_STAGES - 1 in flight while tile kt is used */
+#pragma unroll
+      for (int q = 0; q < TS_STAGES - 1; q++) {
+        if (q < nk) load(q, q);
         cp_async_commit();
-        cp_async_wait1();
-        __syncthreads();
-        const int8_t *As = stage + (kt & 1) * TS_STAGE, *Bs = As + TS_M * TS_LD;
+      }
+      for (int kt = 0; kt < nk; kt++) {
+        cp_async_wait<TS_STAGES - 2>();
+        __syncthreads();   /* tile kt landed for every thread; tile kt - 1's buffer is free */
+        if (kt + TS_STAGES - 1 < nk) load(kt + TS_STAGES - 1, (kt + TS_STAGES - 1) % TS_STAGES);
+        cp_async_commit();
+        const int8_t *As = stage + (kt % TS_STAGES) * TS_STAGE, *Bs = As + TS_M * TS_LD;
         const int kk = kg * 32 + 4 * tq;
         uint32_t af[3][4], bf[2][2];
 #pragma unroll
@@ -638,8 +644,9 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
 #pragma unroll
           for (int nt = 0; nt < 2; nt++) rs[nt] = __dp4a((int)bf[nt][1], 0x01010101, __dp4a((int)bf[nt][0], 0x01010101, rs[nt]));
         }
-        __syncthreads();
       }
+      cp_async_wait<0>();
+      __syncthreads();   /* every buffer free for the next plane pair or the tile */
       if (pa == 0 && wm == 0) {   /* the row sums of this h plane: lanes tq of a row, then one store */
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
