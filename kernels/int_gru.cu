@@ -21,7 +21,8 @@
  *        on the CPU (identical only while the double sums are exact).
  *   3. h0 -> output.h codes (observed when given), in the same launch as step 1.
  *   4. the recurrence, one of two paths (ctx->kernel_path; AUTO picks the persistent one where
- *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED):
+ *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED; a
+ *      forced FALLBACK always takes the per-step one):
  *      - persistent: one launch for all T steps. A thread-block cluster of CS CTAs owns NB batch
  *        rows; CTA `rank` holds the int8 planes of R's rows for units [rank U, rank U + U) (all
  *        three gates) in shared memory and computes R h for them with mma.sync (work items of
@@ -32,10 +33,19 @@
  *        one cluster barrier per step. Operands of <= 16 bits; the configuration (CS, NB) comes
  *        from a model of the per-step time and the occupancy API, with one CTA per
  *        multiprocessor when the grid fits the GPU. Activation tables go to shared memory.
- *      - fallback: one kernel per step, one thread per (unit, row): R h with the transposed
- *        centered R in int32 (where every partial sum stays below 2^31), int64 (exact) or double
- *        (operands above 16 bits, as the CPU's simulated GEMM), then the cell.
- *      Both write y (0 at padded steps), the saved state and hn.
+ *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
+ *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
+ *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
+ *        three gates) x 64 batch rows: R h on mma.sync m16n8k32 (a 4-stage cp.async pipeline
+ *        of K tiles, two K groups of 8 warps), the per-row sums of the h planes for the zero-point
+ *        term from the same B fragments (__dp4a); the sums of a unit's three gates meet in
+ *        shared memory, then each thread runs the cells of one unit for 4 batch rows and writes
+ *        the next step's h codes and planes. Operands of <= 16 bits and H < 2^17 (exact as W x
+ *        above). Otherwise (operands above 16 bits) the per-step kernel of one thread per
+ *        (unit, row) sums R h in double with the transposed centered R, as the CPU's simulated
+ *        GEMM.
+ *      Both write y (0 at padded steps), the saved state and hn; the per-step kernels read the
+ *      W x codes through cell_wx.
  *   Statistics (calibration) go through the device observer of stats.cuh: min/max and integer
  *   counts do not depend on order, so the rows equal the CPU's, except that the real values
  *   observed for gate.z_out / r_out / g_out come from the device's exp and tanh, which may differ
@@ -182,17 +192,16 @@ __global__ void weight_planes_kernel(const __grid_constant__ planes_job a, const
   }
 }
 
-/* Centered codes of a weight [rows, K] as doubles (the fp64 GEMM), or transposed [K, rows] as
- * int32 / double (the fallback recurrence's R). */
+/* Centered codes of a weight [rows, K] as doubles (the fp64 GEMM), or transposed [K, rows] (the
+ * double recurrence's R). */
 __global__ void weight_centered_kernel(const int32_t *codes, const int32_t *zp, int64_t rows, int64_t K, int transpose,
-                                       double *outd, int32_t *outi) {
+                                       double *out) {
   const int64_t n = rows * K;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t j = e / K, k = e % K;
     const int64_t c = (int64_t)codes[e] - zp[j];
     const int64_t o = transpose ? k * rows + j : e;
-    if (outd) outd[o] = (double)c;
-    else outi[o] = (int32_t)c;
+    out[o] = (double)c;
   }
 }
 
@@ -473,19 +482,278 @@ __device__ __forceinline__ void zero_cell(const rec_common &c, int64_t s, int64_
   for (int b = 0; b < c.cb; b++) d[b] = 0;
 }
 
-/* ---- fallback: one kernel per step ----
+/* The W x input of the cell of unit i at time row `row` (= t N + n): the matmul.Wx codes of its
+ * three gates, their in-range bits placed at QG_MB_WX_* (or-ed into in->mask). The one place the
+ * per-step kernels read what the W x GEMM produced. */
+__device__ __forceinline__ void cell_wx(const rec_common &c, int64_t row, int64_t i, qg_cell_in *in) {
+  const int64_t o = row * 3 * c.H + i;
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    in->wx[k] = c.qwx[o + k * c.H];
+    in->mask |= (uint32_t)c.mwx[o + k * c.H] << (QG_MB_WX_Z + k);
+  }
+}
+
+/* ---- tensor-core step: one kernel per step where the persistent kernel cannot hold R ----
+ * Block (TS_THREADS threads): TS_U units (all three gates: the TS_M rows k H + u0 + u of R, gate
+ * major) x TS_N batch rows. R h from the int8 planes of R ([PR][3H][Kp], read from L2 every step)
+ * and of the step's h ([PH][Np][Kp], double-buffered: step s reads buffer s & 1 and writes the
+ * other) on mma.sync m16n8k32, the tiles of each TS_BK columns staged by cp.async through
+ * TS_STAGES buffers (three tiles in flight: with one, the loop waits on L2 latency every tile).
+ * Warps: two K groups (the two 32-column halves of each staged tile) of 8 warps, each 48 rows x
+ * 16 batch rows. The per-row sums of the h planes (the zero-point term offR[j] SH[n]) come from
+ * the same B fragments (__dp4a, warps of the first 48 rows). The two K groups' sums meet in
+ * shared memory (int32 for one plane pair, else int64 with the plane scales), where each thread
+ * then takes the three gates of its unit for TS_N / 16 batch rows: the exact sum
+ *   R h = sum_ab sA sB (PR_a . PH_b) + rconst[j] + offR[j] SH[n]     (see the header)
+ * requantized to matmul.Rh, the shared cell, y, the saved state, hn, and the next step's h codes
+ * and planes. Every plane product is below 2^14 Kp < 2^31 (H < 2^17): exact. */
+enum { TS_U = 32, TS_M = 3 * TS_U, TS_N = 64, TS_BK = 64, TS_LD = TS_BK + 16, TS_THREADS = 512, TS_ALD = TS_M + 4,
+       TS_STAGE = (TS_M + TS_N) * TS_LD, TS_STAGES = 4 };
+
+struct ts_params {
+  rec_common c;
+  const int8_t *Rp;                /* [PR][3H][Kp] */
+  const int64_t *rconst, *roff;    /* [3H] */
+  int8_t *Hp;                      /* [2][PH][Np][Kp]; rows >= N and columns >= H stay 0 */
+  int64_t Np, Kp;
+  int PR, PH;
+  int64_t baseH;                   /* output.h planes: r = q - baseH */
+};
+
+/* Shared memory of the tensor-core step: the staging buffers, later the summed tile. */
+static size_t ts_smem(int single) {
+  const size_t stage = (size_t)TS_STAGES * TS_STAGE, tile = (size_t)TS_N * TS_ALD * (single ? 4 : 8);
+  return stage > tile ? stage : tile;
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* SINGLE: one plane of R and of h (operands of <= 8 bits): int32 sums, no plane loops. */
+template <int WIDE, int OBS, int SINGLE>
+__global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_constant__ ts_params p, int64_t s) {
+  typedef typename std::conditional<SINGLE, int32_t, int64_t>::type tile_t;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int32_t rsum[2][2][TS_N];   /* [K group][h plane][batch row]: sums of the h planes */
+  const rec_common &c = p.c;
+  const int64_t H = c.H, H3 = 3 * H, N = c.N, Kp = p.Kp, Np = p.Np;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int kg = warp >> 3, wm = warp & 1, wn = (warp >> 1) & 3;   /* K group; warp tile rows wm 48, cols wn 16 */
+  const int64_t u0 = (int64_t)blockIdx.x * TS_U, n0 = (int64_t)blockIdx.y * TS_N;
+  const int cur = (int)(s & 1), nxt = cur ^ 1;
+  const int PR = SINGLE ? 1 : p.PR, PH = SINGLE ? 1 : p.PH;
+  int8_t *stage = (int8_t *)smem;
+  tile_t *tile = (tile_t *)smem;   /* after the K loops: [TS_N][TS_ALD] */
+
+  /* this thread's 16-byte chunks of each staged tile: chunk tid, and tid + TS_THREADS where it
+   * exists (rows 0..TS_M-1 of R, then TS_N rows of h) */
+  const int nchunks = (TS_M + TS_N) * (TS_BK / 16);
+  int64_t src_row[2];   /* byte offset of the chunk's row, plane 0, column 0 (R rows: -1 = zero fill) */
+  int dst[2];
+  bool isA[2], has[2];
+  for (int q = 0; q < 2; q++) {
+    const int ch = tid + q * TS_THREADS, row = ch / (TS_BK / 16), cv = ch % (TS_BK / 16);
+    has[q] = ch < nchunks;
+    isA[q] = row < TS_M;
+    dst[q] = row * TS_LD + cv * 16;
+    if (isA[q]) {
+      const int gt = row / TS_U, u = row % TS_U;
+      src_row[q] = u0 + u < H ? (gt * H + u0 + u) * Kp + cv * 16 : -1;
+    } else {
+      src_row[q] = (n0 + row - TS_M) * Kp + cv * 16;
+    }
+  }
+
+  int32_t acc[3][2][4];
+  int64_t wacc[3][2][4];
+  if (!SINGLE) {
+#pragma unroll
+    for (int a = 0; a < 3; a++)
+#pragma unroll
+      for (int b = 0; b < 2; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wacc[a][b][e] = 0;
+  }
+  const int nk = (int)(Kp / TS_BK);
+  for (int pa = 0; pa < PR; pa++)
+    for (int pb = 0; pb < PH; pb++) {
+#pragma unroll
+      for (int a = 0; a < 3; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
+      int32_t rs[2] = {0, 0};
+      const int8_t *Ab = p.Rp + (int64_t)pa * H3 * Kp, *Bb = p.Hp + ((int64_t)cur * PH + pb) * Np * Kp;
+      auto load = [&](int kt, int buf) {
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+          if (!has[q]) continue;
+          const int8_t *src = isA[q] ? (src_row[q] >= 0 ? Ab + src_row[q] : Ab) : Bb + src_row[q];
+          const int bytes = isA[q] && src_row[q] < 0 ? 0 : 16;
+          cp_async16(stage + buf * TS_STAGE + dst[q], src + (bytes ? (int64_t)kt * TS_BK : 0), bytes);
+        }
+      };
+      /* TS_STAGES buffers: tiles kt + 1 .. kt + TS_STAGES - 1 in flight while tile kt is used */
+#pragma unroll
+      for (int q = 0; q < TS_STAGES - 1; q++) {
+        if (q < nk) load(q, q);
+        cp_async_commit();
+      }
+      for (int kt = 0; kt < nk; kt++) {
+        cp_async_wait<TS_STAGES - 2>();
+        __syncthreads();   /* tile kt landed for every thread; tile kt - 1's buffer is free */
+        if (kt + TS_STAGES - 1 < nk) load(kt + TS_STAGES - 1, (kt + TS_STAGES - 1) % TS_STAGES);
+        cp_async_commit();
+        const int8_t *As = stage + (kt % TS_STAGES) * TS_STAGE, *Bs = As + TS_M * TS_LD;
+        const int kk = kg * 32 + 4 * tq;
+        uint32_t af[3][4], bf[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 3; mt++) {
+          const int8_t *a = As + (wm * 48 + mt * 16 + g) * TS_LD + kk;
+          af[mt][0] = lds32(a);
+          af[mt][1] = lds32(a + 8 * TS_LD);
+          af[mt][2] = lds32(a + 16);
+          af[mt][3] = lds32(a + 8 * TS_LD + 16);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+          const int8_t *b = Bs + (wn * 16 + nt * 8 + g) * TS_LD + kk;
+          bf[nt][0] = lds32(b);
+          bf[nt][1] = lds32(b + 16);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 3; mt++)
+#pragma unroll
+          for (int nt = 0; nt < 2; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
+        if (pa == 0 && wm == 0) {
+#pragma unroll
+          for (int nt = 0; nt < 2; nt++) rs[nt] = __dp4a((int)bf[nt][1], 0x01010101, __dp4a((int)bf[nt][0], 0x01010101, rs[nt]));
+        }
+      }
+      cp_async_wait<0>();
+      __syncthreads();   /* every buffer free for the next plane pair or the tile */
+      if (pa == 0 && wm == 0) {   /* the row sums of this h plane: lanes tq of a row, then one store */
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+          int32_t v = rs[nt];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          if (tq == 0) rsum[kg][pb][wn * 16 + nt * 8 + g] = v;
+        }
+      }
+      if (!SINGLE) {
+        const int64_t sc = plane_scale(PR, pa) * plane_scale(PH, pb);
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+          for (int b = 0; b < 2; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) wacc[a][b][e] += sc * acc[a][b][e];
+      }
+    }
+  /* the K groups' sums into the tile [batch row][gate row] (the staging buffers are free: the
+   * last K step ended with a barrier) */
+  for (int pass = 1; pass >= 0; pass--) {
+    if (kg == pass) {
+#pragma unroll
+      for (int mt = 0; mt < 3; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = wn * 16 + nt * 8 + 2 * tq + (e & 1);
+            const tile_t v = SINGLE ? (tile_t)acc[mt][nt][e] : (tile_t)wacc[mt][nt][e];
+            if (pass) tile[col * TS_ALD + row] = v;
+            else tile[col * TS_ALD + row] += v;
+          }
+    }
+    __syncthreads();
+  }
+
+  /* the cells: unit u of the tile, batch rows rb, rb + 16, ... */
+  const int u = tid % TS_U, rb = tid / TS_U;
+  const int64_t i = u0 + u;
+  if (i >= H) return;
+  const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H], QRH = c.cell.a[QG_Q_MATMUL_RH];
+  qg_cell_in base_in;
+  fill_bias(c, i, &base_in);
+  int64_t rconst[3], roff[3];
+  int srh[3];
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    const int64_t j = k * H + i;
+    rconst[k] = p.rconst[j];
+    roff[k] = p.roff[j];
+    srh[k] = c.eR[j] + QH.e;
+  }
+  const int32_t *hprev_codes = h_at(c, s);
+  int32_t *hnext = h_at(c, s + 1);
+  for (int r = rb; r < TS_N; r += TS_THREADS / TS_U) {
+    const int64_t n = n0 + r;
+    if (n >= N) break;
+    const int64_t Ln = length_at(c.L, n, c.T), hp = hprev_codes[n * H + i];
+    int64_t hnew = hp;
+    if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
+      zero_cell(c, s, n, i);
+      c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+    } else {
+      const int64_t t = c.reverse ? Ln - 1 - s : s;
+      int64_t sh = 0;
+      for (int q = 0; q < 2; q++)
+        for (int pb = 0; pb < PH; pb++) sh += plane_scale(PH, pb) * (int64_t)rsum[q][pb][r];
+      qg_cell_in in = base_in;
+      in.mask = 0;
+#pragma unroll
+      for (int k = 0; k < 3; k++) {
+        const int64_t a = (int64_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
+        int m;
+        in.rh[k] = qg_requant64(a, srh[k], QRH, &m);
+        if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)a, -srh[k]));
+        in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+      }
+      cell_wx(c, t * N + n, i, &in);
+      in.hprev = hp;
+      hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
+    }
+    hnext[n * H + i] = (int32_t)hnew;
+    if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+    int8_t p0, p1;
+    split_planes(hnew, p.baseH, PH, &p0, &p1);
+    int8_t *hp_next = p.Hp + (int64_t)nxt * PH * Np * Kp + n * Kp + i;
+    hp_next[0] = p0;
+    if (PH == 2) hp_next[Np * Kp] = p1;
+  }
+}
+
+/* The h planes of step 0 (buffer 0) from the output.h codes of h0. */
+__global__ void h0_planes_kernel(const int32_t *hq, int64_t N, int64_t H, int64_t base, int np, int64_t Np, int64_t Kp, int8_t *Hp) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (e >= N * H) return;
+  const int64_t n = e / H, i = e % H;
+  int8_t p0, p1;
+  split_planes(hq[e], base, np, &p0, &p1);
+  Hp[n * Kp + i] = p0;
+  if (np == 2) Hp[(Np + n) * Kp + i] = p1;
+}
+
+/* ---- operands above 16 bits: one kernel per step in double ----
  * Block: FB_UNITS units x FB_NB rows, one thread per (unit, row): R h with the transposed centered
- * R (int32 codes, or double for operands above 16 bits; the rows of a unit read the same R
- * entries, from L1) and the rows' centered h codes staged in shared memory FB_KT at a time,
- * accumulated in int32 where max|R| max|h| H < 2^31 (acc32), else in int64 (exact), or in double;
- * then the cell. */
+ * R in double (as the CPU's simulated GEMM: identical while the double sums are exact; the rows of
+ * a unit read the same R entries, from L1) and the rows' centered h codes staged in shared memory
+ * FB_KT at a time; then the (128-bit) cell. */
 enum { FB_UNITS = 64, FB_NB = 4, FB_THREADS = FB_UNITS * FB_NB, FB_KT = 256 };
 
-template <int WIDE, int OBS, int EXACT>
-__global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_constant__ rec_common c, const int32_t *Rti,
-                                                                   const double *Rtd, int acc32, int64_t s) {
-  typedef typename std::conditional<EXACT, int64_t, double>::type acc_t;
-  __shared__ acc_t hs[FB_NB][FB_KT];
+template <int OBS>
+__global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_constant__ rec_common c, const double *Rt, int64_t s) {
+  __shared__ double hs[FB_NB][FB_KT];
   const int64_t H = c.H, H3 = 3 * H, N = c.N;
   const int r = threadIdx.x / FB_UNITS;
   const int64_t i = (int64_t)blockIdx.x * FB_UNITS + threadIdx.x % FB_UNITS, n = (int64_t)blockIdx.y * FB_NB + r;
@@ -493,36 +761,23 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
   const int32_t *hprev = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
   const bool mine = i < H && n < N;
-  acc_t acc[3] = {0, 0, 0};
+  double acc[3] = {0, 0, 0};
   for (int64_t k0 = 0; k0 < H; k0 += FB_KT) {
     for (int e = threadIdx.x; e < FB_NB * FB_KT; e += FB_THREADS) {
       const int rr = e / FB_KT, kk = e % FB_KT;
       const int64_t nn = (int64_t)blockIdx.y * FB_NB + rr, k = k0 + kk;
-      hs[rr][kk] = (nn < N && k < H) ? (acc_t)((int64_t)hprev[nn * H + k] - QH.z) : (acc_t)0;
+      hs[rr][kk] = (nn < N && k < H) ? (double)((int64_t)hprev[nn * H + k] - QH.z) : 0.0;
     }
     __syncthreads();
     if (mine) {
       const int kn = (int)(H - k0 < FB_KT ? H - k0 : FB_KT);
-      if (EXACT && acc32) {   /* every partial sum below 2^31 */
-        int32_t a0 = 0, a1 = 0, a2 = 0;
-        const int32_t *Rk = Rti + k0 * H3 + i;
 #pragma unroll 4
-        for (int kk = 0; kk < kn; kk++) {
-          const int32_t hv = (int32_t)hs[r][kk];
-          a0 += Rk[(int64_t)kk * H3] * hv;
-          a1 += Rk[(int64_t)kk * H3 + H] * hv;
-          a2 += Rk[(int64_t)kk * H3 + 2 * H] * hv;
-        }
-        acc[0] += (acc_t)a0; acc[1] += (acc_t)a1; acc[2] += (acc_t)a2;
-      } else {
-#pragma unroll 4
-        for (int kk = 0; kk < kn; kk++) {
-          const int64_t o = (k0 + kk) * H3 + i;
-          const acc_t hv = hs[r][kk];
-          acc[0] += (EXACT ? (acc_t)Rti[o] : (acc_t)Rtd[o]) * hv;
-          acc[1] += (EXACT ? (acc_t)Rti[o + H] : (acc_t)Rtd[o + H]) * hv;
-          acc[2] += (EXACT ? (acc_t)Rti[o + 2 * H] : (acc_t)Rtd[o + 2 * H]) * hv;
-        }
+      for (int kk = 0; kk < kn; kk++) {
+        const int64_t o = (k0 + kk) * H3 + i;
+        const double hv = hs[r][kk];
+        acc[0] += Rt[o] * hv;
+        acc[1] += Rt[o + H] * hv;
+        acc[2] += Rt[o + 2 * H] * hv;
       }
     }
     __syncthreads();
@@ -536,24 +791,19 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
     c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
   } else {
     const int64_t t = c.reverse ? Ln - 1 - s : s;
-    const int64_t row = t * N + n;
     qg_cell_in in;
     in.mask = 0;
     for (int k = 0; k < 3; k++) {
-      const int64_t j = k * H + i;
-      const int sc = c.eR[j] + QH.e;
+      const int sc = c.eR[k * H + i] + QH.e;
       int m;
-      int64_t code;
-      if (EXACT) code = qg_requant64((int64_t)acc[k], sc, QRH, &m);
-      else code = qg_requant_real((double)acc[k], sc, QRH, &m);
-      if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)acc[k], -sc));
-      in.rh[k] = code;
-      in.wx[k] = c.qwx[row * H3 + j];
-      in.mask |= (uint32_t)c.mwx[row * H3 + j] << (QG_MB_WX_Z + k) | (uint32_t)m << (QG_MB_RH_Z + k);
+      in.rh[k] = qg_requant_real(acc[k], sc, QRH, &m);
+      if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp(acc[k], -sc));
+      in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
     }
+    cell_wx(c, t * N + n, i, &in);
     fill_bias(c, i, &in);
     in.hprev = hp;
-    hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
+    hnew = run_cell<1, OBS>(&c.cell, c, s, t, n, i, &in);
   }
   hnext[n * H + i] = (int32_t)hnew;
   if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
@@ -907,6 +1157,17 @@ static pk_kernel pk_kernel_of(int wide, int obs) {
   return obs ? persistent_kernel<0, 1> : persistent_kernel<0, 0>;
 }
 
+typedef void (*ts_kernel)(ts_params, int64_t);
+
+static ts_kernel ts_kernel_of(int wide, int obs, int single) {
+  if (wide) {
+    if (obs) return single ? tc_step_kernel<1, 1, 1> : tc_step_kernel<1, 1, 0>;
+    return single ? tc_step_kernel<1, 0, 1> : tc_step_kernel<1, 0, 0>;
+  }
+  if (obs) return single ? tc_step_kernel<0, 1, 1> : tc_step_kernel<0, 1, 0>;
+  return single ? tc_step_kernel<0, 0, 1> : tc_step_kernel<0, 0, 0>;
+}
+
 extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
                                              const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                                              const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
@@ -932,17 +1193,6 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   const int wx_mma = wx_exact && C < (1 << 17) && path != QG_PATH_FALLBACK;
   /* the recurrence */
   const int rec_exact = hb <= 16 && rb <= 16;
-  int acc32 = 0;   /* fallback: R h partial sums below 2^31 */
-  if (rec_exact) {
-    const qg_qp gr = qg_qp_make(rb, g->w_unsigned[QG_W_R], 0, 0);
-    int64_t rmax = 0;
-    for (int64_t j = 0; j < H3; j++) {
-      const int64_t z = g->w_zp_host[QG_W_R][j], a = gr.qmax - z > z - gr.qmin ? gr.qmax - z : z - gr.qmin;
-      if (a > rmax) rmax = a;
-    }
-    const int64_t hmax = QH.qmax - QH.z > QH.z - QH.qmin ? QH.qmax - QH.z : QH.z - QH.qmin;
-    acc32 = (double)rmax * (double)hmax * (double)H < 2147483648.0;
-  }
   int64_t lut_bytes = 0;
   for (int k = 0; k < 3; k++) lut_bytes += cq->lut[k] ? 2 * cq->lut_n[k] * 4 : 0;
   if (!(cq->lut[0] && cq->lut[1] && cq->lut[2])) lut_bytes = 0;
@@ -968,6 +1218,10 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       persistent = 1;
     }
   }
+  /* where the persistent kernel does not run: the tensor-core step kernel (<= 16-bit operands),
+   * else R h in double */
+  const int rec_mma = !persistent && rec_exact && H < (1 << 17) && TN > 0;
+  const int64_t KpR = persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
 
   /* device workspace */
   int64_t total = 0;
@@ -982,11 +1236,12 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   } else {
     o_Xd = take(&total, TN * C * 8); o_Wd = take(&total, H3 * C * 8); o_acc = take(&total, TN * H3 * 8);
   }
-  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0;
-  if (persistent) {
-    o_Rp = take(&total, (int64_t)rpl.n * H3 * pc.Kp); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
+  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0, o_Hp = 0;
+  if (persistent || rec_mma) {
+    o_Rp = take(&total, (int64_t)rpl.n * H3 * KpR); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
+    if (rec_mma) o_Hp = take(&total, 2LL * hpl.n * NpH * KpR);
   } else {
-    o_Rt = take(&total, H3 * H * (rec_exact ? 4 : 8));
+    o_Rt = take(&total, H3 * H * 8);
   }
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
@@ -998,7 +1253,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int32_t *hq0 = saved ? (int32_t *)saved->hq->data : (int32_t *)(ws + o_hp);
 
   /* 1. weights as GEMM operands: int8 planes (W for the tensor-core W x, R for the persistent
-   * kernel; one launch) or centered codes */
+   * kernel and the tensor-core step; one launch) or centered codes */
   {
     planes_job jobs[2];
     int nj = 0;
@@ -1009,8 +1264,8 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       blocks[nj] = MpW;
       jobs[nj++] = w;
     }
-    if (persistent) {
-      planes_job r = {g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, H3, pc.Kp, rpl.n, rpl.base, rpl.c0, planes_off(hpl, QH.z),
+    if (persistent || rec_mma) {
+      planes_job r = {g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, H3, KpR, rpl.n, rpl.base, rpl.c0, planes_off(hpl, QH.z),
                       (int8_t *)(ws + o_Rp), (int64_t *)(ws + o_offR), (int64_t *)(ws + o_bcR)};
       blocks[nj] = H3;
       jobs[nj++] = r;
@@ -1020,10 +1275,10 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   }
   if (!wx_mma)
     weight_centered_kernel<<<qg_cuda_blocks(H3 * C, 256) < 4096 ? qg_cuda_blocks(H3 * C, 256) : 4096, 256, 0, st>>>(
-        g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, 0, (double *)(ws + o_Wd), NULL);
-  if (!persistent)
+        g->codes[QG_W_W], g->w_zp[QG_W_W], H3, C, 0, (double *)(ws + o_Wd));
+  if (!persistent && !rec_mma)
     weight_centered_kernel<<<qg_cuda_blocks(H3 * H, 256) < 4096 ? qg_cuda_blocks(H3 * H, 256) : 4096, 256, 0, st>>>(
-        g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, 1, rec_exact ? NULL : (double *)(ws + o_Rt), rec_exact ? (int32_t *)(ws + o_Rt) : NULL);
+        g->codes[QG_W_R], g->w_zp[QG_W_R], H3, H, 1, (double *)(ws + o_Rt));
   QG_CHECK(qg_cuda_launched(ctx, fn));
 
   /* 2. input.x codes and h0 -> output.h codes (one launch), 3. W x requantized to matmul.Wx */
@@ -1112,23 +1367,31 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&cfg, pkern, pp));
+  } else if (rec_mma) {
+    ts_params tp;
+    memset(&tp, 0, sizeof tp);
+    tp.c = rc;
+    tp.Rp = (const int8_t *)(ws + o_Rp); tp.rconst = (const int64_t *)(ws + o_bcR); tp.roff = (const int64_t *)(ws + o_offR);
+    tp.Hp = (int8_t *)(ws + o_Hp); tp.Np = NpH; tp.Kp = KpR; tp.PR = rpl.n; tp.PH = hpl.n; tp.baseH = hpl.base;
+    const int single = rpl.n == 1 && hpl.n == 1;
+    const ts_kernel tk = ts_kernel_of(wide, obs, single);
+    const size_t smem = ts_smem(single);
+    QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)tk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* both h plane buffers zero (padding rows and columns), then h0's planes into buffer 0 */
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(tp.Hp, 0, (size_t)(2 * hpl.n * NpH * KpR), st));
+    if (NH > 0) h0_planes_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(hq0, N, H, hpl.base, hpl.n, NpH, KpR, tp.Hp);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    const dim3 grid(qg_cuda_blocks(H, TS_U), (unsigned)(NpH / TS_N));
+    for (int64_t s = 0; s < T && NH > 0; s++) {
+      void *args[2] = {&tp, &s};
+      QG_CUDA_CHECK(ctx, fn, cudaLaunchKernel((const void *)tk, grid, dim3(TS_THREADS), args, smem, st));
+    }
   } else if (TN > 0) {
     const dim3 grid(qg_cuda_blocks(H, FB_UNITS), qg_cuda_blocks(N, FB_NB));
-    const int32_t *Rti = rec_exact ? (const int32_t *)(ws + o_Rt) : NULL;
-    const double *Rtd = rec_exact ? NULL : (const double *)(ws + o_Rt);
+    const double *Rt = (const double *)(ws + o_Rt);
     for (int64_t s = 0; s < T; s++) {
-      if (rec_exact) {
-        if (wide) {
-          if (obs) fallback_step_kernel<1, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-          else fallback_step_kernel<1, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-        } else {
-          if (obs) fallback_step_kernel<0, 1, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-          else fallback_step_kernel<0, 0, 1><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-        }
-      } else {
-        if (obs) fallback_step_kernel<1, 1, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-        else fallback_step_kernel<1, 0, 0><<<grid, FB_THREADS, 0, st>>>(rc, Rti, Rtd, acc32, s);
-      }
+      if (obs) fallback_step_kernel<1><<<grid, FB_THREADS, 0, st>>>(rc, Rt, s);
+      else fallback_step_kernel<0><<<grid, FB_THREADS, 0, st>>>(rc, Rt, s);
     }
   }
   QG_CHECK(qg_cuda_launched(ctx, fn));

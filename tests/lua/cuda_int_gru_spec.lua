@@ -210,6 +210,32 @@ local CASES = {
       return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false }, ["weight.R"] = { bitwidth = 8, is_symmetric = false } },
                             "asym8")
     end },
+  -- the tensor-core step (the forced fallback path on <= 16-bit operands): tiles of 32 units x
+  -- 64 batch rows, H not a multiple of 32, N above and below 64, both plane counts of R and h
+  { seed = 13, T = 5, N = 70, C = 9, H = 300, h0 = true, lengths = true, reverse = true,
+    name = "several unit and batch tiles, both partial" },
+  { seed = 14, T = 4, N = 1, C = 3, H = 300, h0 = true, qref = true, name = "one batch row, 8-bit, R and h asymmetric unsigned",
+    cfg = function()
+      return uniform_config(8, { ["weight.R"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+                                 ["output.h"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8h")
+    end },
+  { seed = 15, T = 5, N = 17, C = 5, H = 130, h0 = true, lengths = true,
+    name = "16-bit unsigned asymmetric R, 12-bit unsigned asymmetric h (two planes each)",
+    cfg = function()
+      return uniform_config(8, { ["weight.R"] = { bitwidth = 16, is_symmetric = false, is_unsigned = true },
+                                 ["output.h"] = { bitwidth = 12, is_symmetric = false, is_unsigned = true } }, "r16h12")
+    end },
+  { seed = 16, T = 4, N = 66, C = 5, H = 300, lengths = true, reverse = true,
+    name = "12-bit signed asymmetric R (two planes), 8-bit unsigned h",
+    cfg = function()
+      return uniform_config(8, { ["weight.R"] = { bitwidth = 12, is_symmetric = false },
+                                 ["output.h"] = { bitwidth = 8, is_unsigned = true } }, "r12h8u")
+    end },
+  { seed = 17, T = 4, N = 3, C = 5, H = 130, h0 = true, qref = true, name = "4-bit unsigned R, 16-bit signed asymmetric h (two planes)",
+    cfg = function()
+      return uniform_config(8, { ["weight.R"] = { bitwidth = 4, is_unsigned = true },
+                                 ["output.h"] = { bitwidth = 16, is_symmetric = false } }, "r4h16")
+    end },
 }
 
 describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
@@ -378,59 +404,69 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     if not ok then error(err, 0) end
   end)
 
-  it("calibration statistics observed on the GPU give the CPU's (e, z) for every operator, both paths", function()
-    local c = { seed = 31, T = 6, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }
-    local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
-    local inp = inputs(c, w)
-    local function observe(dev, h)
-      local ctx = clib.context(dev)
-      local st = new_stats(dev)
-      check(ctx, lib.qg_stats_reset(ctx, st.c))
-      forward(dev, h, inp, false, st)
-      check(ctx, lib.qg_stats_begin_histogram(ctx, st.c))
-      forward(dev, h, inp, true, st)
-      return st
-    end
-    local ref = observe("cpu", layer_on("cpu", lq, c.C, c.H))
-    local rr, rc = ref.range:totable(), ref.counts:totable()
-    for _, path in ipairs({ "fallback", "persistent" }) do
-      with_path(path, function()
-        local st = observe("cuda", layer_on("cuda", lq, c.C, c.H))
-        local gr, gc = st.range:totable(), st.counts:totable()
-        for op = 0, lib.QG_Q_NUM_ACT - 1 do
-          local name = ffi.string(lib.qg_act_name(op))
-          -- the real values before the fixed-range sigmoid / tanh outputs use each device's exp
-          -- and tanh (within an ulp); every other row is exact
-          local transc = op == lib.QG_Q_Z_OUT or op == lib.QG_Q_R_OUT or op == lib.QG_Q_G_OUT
-          for k = 1, 4 do
-            local a, b = gr[op + 1][k], rr[op + 1][k]
-            if transc then assert(math.abs(a - b) <= 1e-14 * math.max(1, math.abs(b)), path .. " " .. name .. " range")
-            else assert(a == b, string.format("%s %s range[%d]: %.17g vs %.17g (CPU)", path, name, k - 1, a, b)) end
-          end
-          local moved, total = 0, 0
-          for b = 1, lib.QG_STATS_BINS do
-            moved = moved + math.abs(gc[op + 1][b] - rc[op + 1][b])
-            total = total + rc[op + 1][b]
-          end
-          if transc then assert(moved <= 2 + total * 1e-4, path .. " " .. name .. " counts")
-          else assert(moved == 0, string.format("%s %s: %d counts differ from the CPU's", path, name, moved)) end
-          assert.is_true(total > 0, name)
-          for _, method in ipairs({ "histogram", "mse", "minmax" }) do
-            local q = lq.act[op + 1]
-            local function cal(dev, s)
-              local ctx = clib.context(dev)
-              local e, z, cost = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"), ffi.new("double[1]")
-              check(ctx, lib.qg_calibrate_row(ctx, e, z, cost, s.c, op, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0,
-                                              METHODS[method], 99.99))
-              return e[0], z[0]
+  local SCASES = {
+    { seed = 31, T = 6, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true },
+    { seed = 32, T = 4, N = 67, C = 7, H = 300, h0 = true, lengths = true, name = "12-bit h, 16-bit R",
+      cfg = function()
+        return uniform_config(8, { ["weight.R"] = { bitwidth = 16, is_symmetric = false },
+                                   ["output.h"] = { bitwidth = 12, is_symmetric = false, is_unsigned = true } }, "stats16")
+      end },
+  }
+  for _, c in ipairs(SCASES) do
+    it(string.format("seed %d: calibration statistics observed on the GPU give the CPU's (e, z) for every operator, both paths%s",
+                     c.seed, c.name and (" (" .. c.name .. ")") or ""), function()
+      local lq, w = calibrated(c.seed, c.cfg and c.cfg() or random_config(c.seed), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      local function observe(dev, h)
+        local ctx = clib.context(dev)
+        local st = new_stats(dev)
+        check(ctx, lib.qg_stats_reset(ctx, st.c))
+        forward(dev, h, inp, false, st)
+        check(ctx, lib.qg_stats_begin_histogram(ctx, st.c))
+        forward(dev, h, inp, true, st)
+        return st
+      end
+      local ref = observe("cpu", layer_on("cpu", lq, c.C, c.H))
+      local rr, rc = ref.range:totable(), ref.counts:totable()
+      for _, path in ipairs({ "fallback", "persistent" }) do
+        with_path(path, function()
+          local st = observe("cuda", layer_on("cuda", lq, c.C, c.H))
+          local gr, gc = st.range:totable(), st.counts:totable()
+          for op = 0, lib.QG_Q_NUM_ACT - 1 do
+            local name = ffi.string(lib.qg_act_name(op))
+            -- the real values before the fixed-range sigmoid / tanh outputs use each device's exp
+            -- and tanh (within an ulp); every other row is exact
+            local transc = op == lib.QG_Q_Z_OUT or op == lib.QG_Q_R_OUT or op == lib.QG_Q_G_OUT
+            for k = 1, 4 do
+              local a, b = gr[op + 1][k], rr[op + 1][k]
+              if transc then assert(math.abs(a - b) <= 1e-14 * math.max(1, math.abs(b)), path .. " " .. name .. " range")
+              else assert(a == b, string.format("%s %s range[%d]: %.17g vs %.17g (CPU)", path, name, k - 1, a, b)) end
             end
-            local ge, gz = cal("cuda", st)
-            local re_, rz = cal("cpu", ref)
-            assert(ge == re_ and gz == rz, string.format("%s %s %s: (e, z) = (%d, %d) on the GPU, (%d, %d) on the CPU", path, name,
-                                                         method, ge, gz, re_, rz))
+            local moved, total = 0, 0
+            for b = 1, lib.QG_STATS_BINS do
+              moved = moved + math.abs(gc[op + 1][b] - rc[op + 1][b])
+              total = total + rc[op + 1][b]
+            end
+            if transc then assert(moved <= 2 + total * 1e-4, path .. " " .. name .. " counts")
+            else assert(moved == 0, string.format("%s %s: %d counts differ from the CPU's", path, name, moved)) end
+            assert.is_true(total > 0, name)
+            for _, method in ipairs({ "histogram", "mse", "minmax" }) do
+              local q = lq.act[op + 1]
+              local function cal(dev, s)
+                local ctx = clib.context(dev)
+                local e, z, cost = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"), ffi.new("double[1]")
+                check(ctx, lib.qg_calibrate_row(ctx, e, z, cost, s.c, op, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0,
+                                                METHODS[method], 99.99))
+                return e[0], z[0]
+              end
+              local ge, gz = cal("cuda", st)
+              local re_, rz = cal("cpu", ref)
+              assert(ge == re_ and gz == rz, string.format("%s %s %s: (e, z) = (%d, %d) on the GPU, (%d, %d) on the CPU", path, name,
+                                                           method, ge, gz, re_, rz))
+            end
           end
-        end
-      end)
-    end
-  end)
+        end)
+      end
+    end)
+  end
 end)
