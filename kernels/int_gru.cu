@@ -639,7 +639,7 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
   sum_t *accp = (sum_t *)(smem + p.off_acc);           /* [ksplit][NB][Mp + 4]: R h partial sums */
   sum_t *part = (sum_t *)(smem + p.off_part);          /* [2][CS][NB] row sums of h by source rank */
   int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes (need_sh) */
-  sum_t *contrib = (sum_t *)(smem + p.off_contrib);    /* [NB][U] r - c0 of the new h (need_sh) */
+  int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h (need_sh) */
   int4 *items = (int4 *)(smem + p.off_items);          /* the R h work items: m row, n row, k steps, k part */
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -866,18 +866,22 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
         split_planes(hnew, p.baseH, PH, &p0, &p1);
         slice[(int64_t)nl * U + u] = p0;
         if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
-        contrib[tid] = (sum_t)(hnew - p.baseH - p.c0H);
+        contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
       }
       __syncthreads();
-      if (has_word) {
+      if (has_word) {   /* CS = 1: plain shared stores (the block barrier below orders them) */
         const uint32_t v = *(const uint32_t *)(slice + word_src);
-        for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
+        if (CS == 1) *(uint32_t *)(Hs + nxt * hbuf + word_dst) = v;
+        else
+          for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
       }
       for (int rl = warp; rl < NB; rl += nwarps) {
         sum_t sum = 0;
-        for (int uu = lane; uu < U; uu += 32) sum += contrib[rl * U + uu];
+        for (int uu = lane; uu < U; uu += 32) sum += (sum_t)contrib[rl * U + uu];
         sum = warp_sum(sum);
-        for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
+        if (CS == 1) { if (lane == 0) part[nxt * NB + rl] = sum; }
+        else
+          for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
       }
     } else {   /* straight from the cells: no row sums, no slice, no barrier before the push */
       int8_t p0 = 0, p1 = 0;
