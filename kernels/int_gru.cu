@@ -1018,7 +1018,10 @@ static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int a32,
       int64_t resident = (int64_t)sms * bps / c.CS;
       if (resident < 1) resident = 1;
       const int64_t waves = (c.clusters + resident - 1) / resident;
-      c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
+      /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
+       * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
+      if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
+      else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
       cand[nc++] = c;
     }
   for (int tries = 0; tries < nc; tries++) {
