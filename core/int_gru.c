@@ -49,8 +49,8 @@ qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, i
   g->device = ctx->device;
   g->C = input_size; g->H = hidden_size;
   const int64_t H3 = 3 * hidden_size;
-  /* exps + zps (8 x [3H] i32), then per weight: codes (i32), fq (f32), mask (u8) */
-  int64_t nw[QG_W_NUM], total = 8 * H3 * 4;
+  /* exps + zps (8 x [3H] i32), then per weight: codes (i32), fq (f32), mask (u8); the flag */
+  int64_t nw[QG_W_NUM], total = 8 * H3 * 4 + 64;
   for (int w = 0; w < QG_W_NUM; w++) { nw[w] = H3 * qg_int_gru_weight_cols(g, w); total += nw[w] * 9 + 64; }
   g->mem_bytes = total;
   qg_status st = mem_alloc(ctx, g->device, &g->mem, total);
@@ -62,6 +62,7 @@ qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, i
     g->fq[w] = (float *)p; p += nw[w] * 4;
     g->mask[w] = (uint8_t *)p; p += (nw[w] + 63) & ~(int64_t)63;
   }
+  g->c32_flag = (int32_t *)p;
   int32_t *host = (int32_t *)calloc((size_t)(8 * H3), sizeof(int32_t));
   if (!host) { mem_free(g->device, g->mem); free(g); return qg_fail(ctx, QG_ERR_MEMORY, fn, "out of host memory"); }
   for (int w = 0; w < QG_W_NUM; w++) { g->w_exp_host[w] = host + 2 * w * H3; g->w_zp_host[w] = host + (2 * w + 1) * H3; }
@@ -319,7 +320,10 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
   return QG_DISPATCH(ctx, g->device, int_gru_forward, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse);
 }
 
-int qg_int_gru_cell_path(const qg_int_gru *g) { return g ? g->cell_path : QG_CELL_NONE; }
+int qg_int_gru_cell_path(const qg_int_gru *g) {
+  if (!g) return QG_CELL_NONE;
+  return g->cell_path_read ? g->cell_path_read(g) : g->cell_path;
+}
 
 qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                               qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,

@@ -4,7 +4,8 @@
  *
  * Memory: `mem` is one allocation on the layer's device holding, in order, the per-channel
  * exponents and zero points of the four weight quantizers (i32 [3H] each), the weight codes
- * (i32), fake-quantized weights (f32) and masks (u8) of W, R, bx, br. `tables` is a second
+ * (i32), fake-quantized weights (f32) and masks (u8) of W, R, bx, br, and one i32 flag a backend
+ * may use (c32_flag: the CUDA forward's 32-bit mode). `tables` is a second
  * allocation, sized by the pre-activation bitwidths, holding the three forward tables (i32
  * codes then masks) and the backward's value and derivative tables (f32); it is rebuilt on the
  * host and copied over whenever a quantizer it depends on changes.
@@ -39,6 +40,9 @@ struct qg_int_gru {
   qg_cell_q cell;                 /* resolved quantizers + forward tables */
   qg_cell_tables bwd;             /* value / derivative tables (NULL entries when pre > 16 bits) */
   int cell_path;                  /* QG_CELL_* of the last forward (set by the backend) */
+  int32_t *c32_flag;              /* in mem: set by a CUDA forward when a unit ran outside the 32-bit cell */
+  int (*cell_path_read)(const qg_int_gru *g);   /* when the backend left the path on the device: reads it
+                                                 * (qg_int_gru_cell_path calls it), else NULL */
 };
 
 /* The weight's rows x cols (W [3H, C], R [3H, H], bx and br [3H] x 1). */

@@ -231,8 +231,10 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
 /* ---- the 32-bit cell --------------------------------------------------------------------------
  * The same steps 3-8, with the requantizations of W x and R h (step 2) folded in, every
  * intermediate held in 32 bits, for layers whose bounds allow it (qg_cell32_setup checks them
- * once per forward): every operator of at most 16 bits, the W x and R h accumulators below 2^24
- * (exact float32 GEMMs), and every aligned sum and product below 2^29 in magnitude. What depends
+ * once per forward): every operator of at most 16 bits, the W x and R h accumulators exact
+ * integers of magnitude at most 2^29 (QG_C32_BOUND; the CPU's float32 GEMMs guarantee exactness
+ * only below 2^24 and check that, the GPU's int32 sums check 2^29), and every aligned sum and
+ * product below 2^29 in magnitude. What depends
  * only on the quantizers and the bias codes is resolved once per forward: per unit, the
  * multipliers that align each term, the bias terms aligned and summed, and the rounding constants
  * of each requantization (qg_cell32_unit). What is left per (step, row, unit) is branch-free
@@ -240,12 +242,22 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
  * AVX-512 vector on the CPU) and a GPU thread runs one unit. The results equal qg_cell_forward's
  * bit for bit (tests/c/test_cell.c compares them on random quantizers and inputs). */
 
-/* Rounding constants of v * 2^-k, rounded half to even, for |v| < 2^29 (qg_rs32_make). v is
+/* Rounding constants of v * 2^-k, rounded half to even, for |v| <= 2^29 (qg_rs32_make). v is
  * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^29), then shifted right by
  * kr >= 1 with ties to even: (v + bias + ((v >> kr) & 1)) >> kr, bias = 2^(kr-1) - 1.
- * k > 0: l = 0, kr = min(k, 30) (for k > 30 every |v| < 2^29 rounds to 0 either way).
+ * k > 0: l = 0, kr = min(k, 30) (for k > 30 every |v| <= 2^29 rounds to 0 either way).
  * k <= 0: l = min(1 - k, 29), kr = 1 (the extra bit is shifted out again, exactly); a value
- * beyond 2^28 saturates to +-2^28, which every grid of this cell (16 bits) clamps alike. */
+ * beyond 2^28 saturates to +-2^28, which every grid of this cell (16 bits) clamps alike.
+ * Why |v| <= 2^29 is exact (this is the bound on the W x and R h accumulators):
+ *   k > 0: lim = 2^29, so no such v is clamped; v + bias + 1 <= 2^29 + 2^29 < 2^31 does not
+ *     overflow, and floor((v + 2^(kr-1) - 1 + odd) / 2^kr), odd = bit kr of v, is v 2^-kr rounded
+ *     half to even (remainder above half: carries; exactly half: carries iff the quotient is
+ *     odd; below: does not). For kr = 30 < k, |v 2^-k| <= 1/4 and the formula gives 0 as well
+ *     (v = +-2^29 included: (2^29 + 2^29 - 1) >> 30 = 0, (-2^29 + 2^29 - 1 + 1) >> 30 = 0).
+ *   k <= 0: any int32 v. Unclamped (|v| <= 2^(29-l)), v 2^l is even and exact, so the result is
+ *     v 2^(l-1) = v 2^-k when l = 1 - k; clamped, the result is +-2^28 and the true value
+ *     |v| 2^-k > 2^(29-l) 2^(l-1) = 2^28 (or >= 2^29 when l is capped at 29): either lies beyond
+ *     any grid of at most 16 bits plus its zero point, so the code and the mask bit agree. */
 typedef struct {
   int32_t lim, mul, kr, bias;
 } qg_rs32;
@@ -323,7 +335,8 @@ enum { QG_C32_SHIFT_MAX = 28, QG_C32_BOUND = 1 << 29 };
 
 /* The per-tensor part of c (P, H left to the caller) from the resolved quantizers q (forward
  * tables set). Returns 1 when the 32-bit cell is exact for them (the per-unit bounds are checked
- * by qg_cell32_unit), else 0. gemm_exact: the W x and R h accumulators are integers below 2^24. */
+ * by qg_cell32_unit), else 0. gemm_exact: the W x and R h accumulators are exact integers of
+ * magnitude at most 2^29 (the caller's check: max|centered weight| max|centered input| K). */
 QG_HD int qg_cell32_setup(qg_cell32 *c, const qg_cell_q *q, int gemm_exact) {
   const qg_qp *a = q->a;
   memset(c, 0, sizeof *c);
@@ -424,7 +437,8 @@ QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, c
 }
 
 /* Steps 2 (requantization) to 8 for unit i of one row: aw*, ar* the W x and R h accumulators of
- * its rows z, r, g (integers below 2^24), hprev the previous output.h code. */
+ * its rows z, r, g (exact integers of magnitude at most 2^29 = QG_C32_BOUND, see qg_rs32),
+ * hprev the previous output.h code. */
 QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t awr, int32_t awg, int32_t arz, int32_t arr,
                              int32_t arg, int32_t hprev, qg_cell32_out *o) {
   const int32_t *P = c->P;

@@ -99,9 +99,10 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
  * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call
  * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
- * (small H only). The integer GRU's STE backward takes cluster, rows and splits too (its R~ is
- * always in shared memory; storage does not apply). A call that cannot run the forced shape
- * takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
+ * (small H only). The integer GRU's persistent forward takes `cluster` and tiles of 8 x `rows`
+ * batch rows (splits and storage do not apply); its STE backward takes cluster, rows and splits
+ * (its R~ is always in shared memory; storage does not apply). A call that cannot run the forced
+ * shape takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
  * QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);
 /* Timing of the work enqueued on the context between the two calls, as a pair of CUDA events on
@@ -455,7 +456,9 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
                              const qg_tensor *h0, const qg_tensor *lengths, int reverse);
 /* Which integer arithmetic the layer's last forward ran (diagnostics and tests; each is bit-exact
  * with the others): QG_CELL_32 the vectorized cell on 32-bit lanes (int_gru_cell.h qg_cell32_*)
- * with float32 GEMMs of the codes, QG_CELL_32_BYTES the same with byte GEMMs (AVX-512 VNNI),
+ * with float32 GEMMs of the codes (on CUDA: the same cell in the persistent kernel, int8
+ * tensor-core GEMMs; reading it then waits for the device), QG_CELL_32_BYTES the same with byte
+ * GEMMs (AVX-512 VNNI),
  * QG_CELL_64 and QG_CELL_128 the general cell on 64- or 128-bit integers; QG_CELL_NONE before any
  * forward, or when the backend does not say. */
 enum { QG_CELL_NONE = 0, QG_CELL_32 = 1, QG_CELL_32_BYTES = 2, QG_CELL_64 = 3, QG_CELL_128 = 4 };

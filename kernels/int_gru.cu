@@ -15,7 +15,9 @@
  *          sum_k cA cB = sum_ab sA sB (PA_a . PB_b) + offB SA[j] + offA[j] SB[n] + K offA[j] offB,
  *        where SA, SB are row sums of (r - c0): the static zero-point terms form an int64 bias
  *        per output row; offA[j] SB[n] only exists for asymmetric weights. Every plane product
- *        is below 2^14 K < 2^31 (exact in int32), the combination is int64: exact.
+ *        is below 2^14 K < 2^31 (exact in int32), the combination is int64: exact. In the
+ *        persistent kernel's 32-bit mode (below) the epilogue writes the int32 accumulators
+ *        themselves (exact: below 2^29) and the recurrence requantizes them.
  *      - otherwise (and when the fallback path is forced) an fp64 cuBLAS GEMM of centered codes,
  *        exact for <= 16-bit operands (sums < 2^53); wider operands are simulated in double, as
  *        on the CPU (identical only while the double sums are exact).
@@ -30,9 +32,23 @@
  *        each thread then runs the cell of one (unit, row), the CTA's new output.h planes are
  *        pushed into every peer's next h buffer through distributed shared memory, 4 bytes a
  *        store, with the per-row sums of (r - c0) the zero-point term needs (warp reductions);
- *        one cluster barrier per step. Operands of <= 16 bits; the configuration (CS, NB) comes
- *        from a model of the per-step time and the occupancy API, with one CTA per
- *        multiprocessor when the grid fits the GPU. Activation tables go to shared memory.
+ *        one cluster barrier per step (a block barrier when CS = 1). Where no row of R has a
+ *        zero-point term (symmetric signed <= 8-bit R: roff = 0) the row sums are skipped and
+ *        each thread pushes its own bytes straight after its cell (4 lanes gather a word for
+ *        the peers), without the slice and its barrier. Operands of <= 16 bits; the
+ *        configuration (CS, NB) comes from a model of the per-step time and the occupancy API
+ *        (or qg_ctx_set_persist_shape), with one CTA per multiprocessor when the grid fits the
+ *        GPU. Activation tables go to shared memory.
+ *        32-bit mode (no observer, every operator of <= 16 bits, and the host's bound
+ *        max|centered W| max|centered x| C and the same for R h, H at most 2^29): W x arrives as
+ *        int32 accumulators, every R h sum is taken mod 2^32 (exact, the true sums being below
+ *        2^29), and the cell is int_gru_cell.h's qg_cell32_forward, which requantizes the
+ *        accumulators itself. Its per-unit rows (qg_cell32_unit: the quantizers, exponents and
+ *        the device's bias codes) are built once per launch in shared memory and held in each
+ *        thread's registers for all steps (CTAs of at most 256 threads). A unit whose bias
+ *        terms leave the 32-bit bounds makes its CTA run the general loop (qg_cell_forward on
+ *        the same accumulators; the same barriers, so CTAs of a cluster may differ) and sets a
+ *        flag in the layer's memory, which qg_int_gru_cell_path reads on demand.
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
@@ -292,8 +308,9 @@ struct wx_params {
   int eX;
   qg_qp Q;
   const int64_t *L;
-  int32_t *qwx;
+  int32_t *qwx;      /* codes, or (acc_out) the accumulators themselves, exact below 2^29 */
   uint8_t *mwx;
+  int acc_out;       /* 1: write the int32 accumulators (the persistent kernel's 32-bit mode requantizes them) */
   double *range;
   int64_t *counts;
 };
@@ -404,6 +421,7 @@ __global__ void __launch_bounds__(256) wx_gemm_kernel(const __grid_constant__ wx
         const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + ht;
         if (j >= p.H3 || tn >= TN) continue;
         const int64_t v = (SINGLE ? (int64_t)acc[mt][nt][e] : acc64[mt][nt][e]) + bc[mt][hj] + ow[mt][hj] * sx[nt][ht];
+        if (!OBS && p.acc_out) { p.qwx[tn * p.H3 + j] = (int32_t)v; continue; }
         const int s = ew[mt][hj] + p.eX;
         int m;
         const int64_t code = qg_requant64(v, s, p.Q, &m);
@@ -813,22 +831,43 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
 struct pk_params {
   rec_common c;
   int CS, U, NB, Kp, Mp, PR, PH, ksplit;
+  int need_sh;                    /* some row of R has a zero-point term roff != 0: per-step row sums of h */
   int64_t baseH, c0H;             /* output.h planes */
   const int8_t *Rp;               /* [PR][3H][Kp] */
   const int64_t *rconst, *roff;   /* [3H] */
+  /* the 32-bit mode (A32): the per-tensor part of the 32-bit cell (P, H and the tables set per
+   * thread), W's exponents and input.x's (the general cell's requantization of W x), and the
+   * flag a unit outside the 32-bit bounds sets (zeroed before the launch) */
+  qg_cell32 c32;
+  const int32_t *eW;
+  int eX;
+  int32_t *c32_flag;
   /* shared memory layout (bytes) */
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_lut, smem;
   int lut_smem;
 };
 
+/* Threads of a CTA: up to 512 (one per cell), 256 in the 32-bit mode (its per-unit constants
+ * stay in registers: up to 255 a thread). */
+enum { PK_THREADS_A32 = 256 };
+
 /* Sum over the warp (every lane gets it). */
-__device__ __forceinline__ int64_t warp_sum_i64(int64_t v) {
+template <typename S>
+__device__ __forceinline__ S warp_sum(S v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-template <int WIDE, int OBS>
-__global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__ pk_params p) {
+/* A32: W x arrives as int32 accumulators (wx_gemm_kernel with acc_out) and every R h sum is
+ * taken in uint32 arithmetic: the host checked that every accumulator is below 2^29 in
+ * magnitude, so its value mod 2^32 (what wrap-around sums of the plane products, the zero-point
+ * constants and the row sums give) is exact. Each thread computes its unit's rows of the 32-bit
+ * cell (qg_cell32_unit, into registers) once, and runs qg_cell32_forward at every step; a unit
+ * outside the 32-bit bounds (its bias terms) runs the general cell on the same accumulators and
+ * raises c32_flag. Both give the same codes, so the choice is per unit. */
+template <int WIDE, int OBS, int A32>
+__global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kernel(const __grid_constant__ pk_params p) {
+  typedef typename std::conditional<A32, uint32_t, int64_t>::type sum_t;
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem[];
   const rec_common &c = p.c;
@@ -840,10 +879,10 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   const int Ureal = (int)(H - i0 < 0 ? 0 : (H - i0 < U ? H - i0 : U));
   int8_t *Rs = (int8_t *)smem;
   int8_t *Hs = (int8_t *)(smem + p.off_H);             /* [2][PH][NB][HS] */
-  int64_t *accp = (int64_t *)(smem + p.off_acc);       /* [ksplit][NB][Mp + 4]: R h partial sums */
-  int64_t *part = (int64_t *)(smem + p.off_part);      /* [2][CS][NB] row sums of h by source rank */
-  int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes */
-  int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h */
+  sum_t *accp = (sum_t *)(smem + p.off_acc);           /* [ksplit][NB][Mp + 4]: R h partial sums */
+  sum_t *part = (sum_t *)(smem + p.off_part);          /* [2][CS][NB] row sums of h by source rank */
+  int8_t *slice = (int8_t *)(smem + p.off_slice);      /* [PH][NB][U] this CTA's new h planes (need_sh) */
+  int32_t *contrib = (int32_t *)(smem + p.off_contrib);   /* [NB][U] r - c0 of the new h (need_sh) */
   int4 *items = (int4 *)(smem + p.off_items);          /* the R h work items: m row, n row, k steps, k part */
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int warp = tid >> 5, nwarps = nthr >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -886,16 +925,16 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   for (int nl = warp; nl < NB; nl += nwarps) {
     const int64_t n = n0 + nl;
     if (n >= N) continue;
-    int64_t sum = 0;
+    sum_t sum = 0;
     for (int64_t k = lane; k < H; k += 32) {
       const int64_t code = hq0[n * H + k];
       int8_t p0, p1;
       split_planes(code, p.baseH, PH, &p0, &p1);
       Hs[(int64_t)nl * HS + k] = p0;
       if (PH == 2) Hs[(int64_t)(NB + nl) * HS + k] = p1;
-      sum += code - p.baseH - p.c0H;
+      sum += (sum_t)(code - p.baseH - p.c0H);
     }
-    sum = warp_sum_i64(sum);
+    sum = warp_sum(sum);
     if (lane == 0) part[nl] = sum;
   }
   /* this thread's cell: unit u of the slice, row nl of the tile */
@@ -905,36 +944,69 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
   const bool active = mine && u < Ureal && n < N;
   const qg_qp QH = q.a[QG_Q_OUTPUT_H], QRH = q.a[QG_Q_MATMUL_RH];
   qg_cell_in base_in;
-  int64_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
+  sum_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
   int srh[3] = {0, 0, 0};
   int64_t hprev = 0, Ln = 0;
   base_in.mask = 0;
   base_in.hprev = 0;
   for (int k = 0; k < 3; k++) base_in.wx[k] = base_in.rh[k] = base_in.bx[k] = base_in.br[k] = base_in.ebx[k] = base_in.ebr[k] = 0;
   if (active) {
-    fill_bias(c, i, &base_in);
+    if (!A32) fill_bias(c, i, &base_in);
     for (int k = 0; k < 3; k++) {
       const int64_t j = k * H + i;
-      rconst[k] = p.rconst[j];
-      roff[k] = p.roff[j];
+      rconst[k] = (sum_t)p.rconst[j];
+      roff[k] = (sum_t)p.roff[j];
       srh[k] = c.eR[j] + QH.e;
     }
     hprev = hq0[n * H + i];
     Ln = length_at(c.L, n, T);
   }
-  if (mine) {   /* padding slots push zeros */
+  /* A32: the rows of the 32-bit cell of this CTA's units (computed by the threads of row 0 into
+   * shared memory), then each thread's unit's rows in registers for all steps */
+  int32_t *Ps = (int32_t *)(smem + p.off_P);   /* [QG_C32_ROWS][U] */
+  int use32 = 1;
+  if (A32 && active && nl == 0) {
+    int ew[3], er[3], ebx[3], ebr[3];
+    int64_t bx[3], br[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      ew[k] = p.eW[j]; er[k] = c.eR[j];
+      ebx[k] = c.bxe[j]; ebr[k] = c.bre[j];
+      bx[k] = (int64_t)c.bxc[j] - c.bxz[j];
+      br[k] = (int64_t)c.brc[j] - c.brz[j];
+    }
+    use32 = qg_cell32_unit(Ps, U, u, &q, ew, er, bx, ebx, br, ebr);
+    if (!use32) *p.c32_flag = 1;
+  }
+  /* one loop per CTA: the 32-bit one where every unit of the CTA is within the bounds */
+  use32 = __syncthreads_and(use32);
+  int32_t P[QG_C32_ROWS];
+#pragma unroll
+  for (int r = 0; r < QG_C32_ROWS; r++) P[r] = A32 && use32 && active ? Ps[r * U + u] : 0;
+  qg_cell32 c32 = p.c32;
+  c32.P = P;
+  c32.H = 1;
+#pragma unroll
+  for (int k = 0; k < 3; k++) c32.lut[k] = q.lut[k];
+  const double yscale = ldexp(1.0, -QH.e);
+  if (mine && p.need_sh) {   /* padding slots push zeros */
     for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
     contrib[tid] = 0;
   }
-  /* this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
+  /* need_sh: this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
   const int words = U / 4, has_word = tid < PH * NB * words;
   const int64_t word_src = has_word ? (int64_t)(tid / words) * U + 4 * (tid % words) : 0;
   const int64_t word_dst = has_word ? (int64_t)(tid / words) * HS + i0 + 4 * (tid % words) : 0;
   cluster.sync();
 
+  /* the steps; C32 (a compile-time bool): the 32-bit cell. The same barriers in either loop, so
+   * CTAs of a cluster may run different ones. */
+  auto steps = [&](auto c32_tag) {
+  constexpr bool C32 = decltype(c32_tag)::value;
   for (int64_t s = 0; s < T; s++) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
-    /* this step's W x codes, fetched before the products to hide their latency */
+    /* this step's W x codes (A32: accumulators), fetched before the products to hide their latency */
     const bool valid = active && s < Ln;
     const int64_t t = valid ? (c.reverse ? Ln - 1 - s : s) : 0;
     int32_t wxc[3] = {0, 0, 0};
@@ -943,7 +1015,7 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
       const int64_t row = (t * N + n) * H3;
       for (int k = 0; k < 3; k++) {
         wxc[k] = c.qwx[row + k * H + i];
-        wxm |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
+        if (!A32) wxm |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
       }
     }
     /* R h: items (m tile, n tile, k part) over the warps */
@@ -951,7 +1023,7 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     for (int it = warp; it < nitems; it += nwarps) {
       const int4 d4 = items[it];
       const int m16 = d4.x, n8 = d4.y, kb = d4.z & 0xffff, ke = d4.z >> 16, ks = d4.w;
-      int64_t a64[4] = {0, 0, 0, 0};
+      sum_t a64[4] = {0, 0, 0, 0};
       for (int pa = 0; pa < PR; pa++)
         for (int pb = 0; pb < PH; pb++) {
           int32_t d[4] = {0, 0, 0, 0};
@@ -963,8 +1035,8 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
             const uint32_t b[2] = {lds32(B + kk), lds32(B + kk + 16)};
             mma_s8(d, a, b);
           }
-          const int64_t sc = plane_scale(PR, pa) * plane_scale(PH, pb);
-          for (int e = 0; e < 4; e++) a64[e] += sc * d[e];
+          const sum_t sc = (sum_t)(plane_scale(PR, pa) * plane_scale(PH, pb));
+          for (int e = 0; e < 4; e++) a64[e] += sc * (sum_t)d[e];
         }
       for (int e = 0; e < 4; e++) {
         const int row = m16 + g + (e >= 2 ? 8 : 0), col = n8 + 2 * tq + (e & 1);
@@ -973,53 +1045,121 @@ __global__ void __launch_bounds__(512) persistent_kernel(const __grid_constant__
     }
     __syncthreads();
     /* the cells */
+    int64_t hnew = hprev;
     if (active) {
-      int64_t hnew = hprev;
       if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
         zero_cell(c, s, n, i);
         c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
       } else {
-        int64_t sh = 0;
-        for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
-        qg_cell_in in = base_in;
-        in.mask = wxm;
+        sum_t sh = 0;
+        if (p.need_sh)
+          for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
+        sum_t a[3];
         for (int k = 0; k < 3; k++) {
           const int lr = k * U + u;
-          int64_t a = rconst[k] + roff[k] * sh;
-          for (int ks = 0; ks < p.ksplit; ks++) a += accp[((int64_t)ks * NB + nl) * Mps + lr];
-          int m;
-          in.rh[k] = qg_requant64(a, srh[k], QRH, &m);
-          if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)a, -srh[k]));
-          in.wx[k] = wxc[k];
-          in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+          a[k] = rconst[k] + roff[k] * sh;
+          for (int ks = 0; ks < p.ksplit; ks++) a[k] += accp[((int64_t)ks * NB + nl) * Mps + lr];
         }
-        in.hprev = hprev;
-        hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
+        if (C32) {
+          qg_cell32_out o;
+          qg_cell32_forward(&c32, 0, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o);
+          hnew = o.h;
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
+          if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
+            uint32_t w[3];
+            qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, w);
+            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
+            d[0] = w[0]; d[1] = w[1]; d[2] = w[2];
+          }
+        } else {
+          qg_cell_in in;
+          if (A32) {   /* a unit outside the 32-bit bounds: W x requantized here, as wx_gemm_kernel does */
+            fill_bias(c, i, &in);
+            in.mask = 0;
+            for (int k = 0; k < 3; k++) {
+              int m;
+              in.wx[k] = qg_requant64(wxc[k], p.eW[k * H + i] + p.eX, q.a[QG_Q_MATMUL_WX], &m);
+              in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
+            }
+          } else {
+            in = base_in;
+            in.mask = wxm;
+            for (int k = 0; k < 3; k++) in.wx[k] = wxc[k];
+          }
+          for (int k = 0; k < 3; k++) {
+            const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
+            int m;
+            in.rh[k] = qg_requant64(av, srh[k], QRH, &m);
+            if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
+            in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+          }
+          in.hprev = hprev;
+          hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
+        }
       }
       if (c.hq) c.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
       else if (s == T - 1) h_at(c, T)[n * H + i] = (int32_t)hnew;
       if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
       hprev = hnew;
-      int8_t p0, p1;
-      split_planes(hnew, p.baseH, PH, &p0, &p1);
-      slice[(int64_t)nl * U + u] = p0;
-      if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
-      contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
     }
-    __syncthreads();
-    /* the new slice to every CTA of the cluster (4 bytes a store), then the row sums */
-    if (has_word) {
-      const uint32_t v = *(const uint32_t *)(slice + word_src);
-      for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
+    /* the new output.h planes to every CTA of the cluster */
+    if (p.need_sh) {   /* through the slice, with the row sums of r - c0 (warp reductions) */
+      if (active) {
+        int8_t p0, p1;
+        split_planes(hnew, p.baseH, PH, &p0, &p1);
+        slice[(int64_t)nl * U + u] = p0;
+        if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
+        contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
+      }
+      __syncthreads();
+      if (has_word) {   /* CS = 1: plain shared stores (the block barrier below orders them) */
+        const uint32_t v = *(const uint32_t *)(slice + word_src);
+        if (CS == 1) *(uint32_t *)(Hs + nxt * hbuf + word_dst) = v;
+        else
+          for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
+      }
+      for (int rl = warp; rl < NB; rl += nwarps) {
+        sum_t sum = 0;
+        for (int uu = lane; uu < U; uu += 32) sum += (sum_t)contrib[rl * U + uu];
+        sum = warp_sum(sum);
+        if (CS == 1) { if (lane == 0) part[nxt * NB + rl] = sum; }
+        else
+          for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
+      }
+    } else {   /* straight from the cells: no row sums, no slice, no barrier before the push */
+      int8_t p0 = 0, p1 = 0;
+      if (active) split_planes(hnew, p.baseH, PH, &p0, &p1);
+      int8_t *dst = Hs + nxt * hbuf + (int64_t)nl * HS + i0 + u;
+      if (CS == 1) {
+        if (mine) {
+          dst[0] = p0;
+          if (PH == 2) dst[(int64_t)NB * HS] = p1;
+        }
+      } else {   /* lanes 4a..4a+3 hold units 4a..4a+3 of one row (U % 4 == 0): one word, stores spread over them */
+        const int sh8 = 8 * (tid & 3);
+        uint32_t w0 = (uint32_t)(uint8_t)p0 << sh8, w1 = (uint32_t)(uint8_t)p1 << sh8;
+        w0 |= __shfl_xor_sync(0xffffffffu, w0, 1);
+        w0 |= __shfl_xor_sync(0xffffffffu, w0, 2);
+        if (PH == 2) {
+          w1 |= __shfl_xor_sync(0xffffffffu, w1, 1);
+          w1 |= __shfl_xor_sync(0xffffffffu, w1, 2);
+        }
+        if (mine) {
+          int8_t *d0 = dst - (tid & 3);
+          for (int r = tid & 3; r < CS; r += 4) {
+            int8_t *pd = cluster.map_shared_rank(d0, (unsigned)r);
+            *(uint32_t *)pd = w0;
+            if (PH == 2) *(uint32_t *)(pd + (int64_t)NB * HS) = w1;
+          }
+        }
+      }
     }
-    for (int rl = warp; rl < NB; rl += nwarps) {
-      int64_t sum = 0;
-      for (int uu = lane; uu < U; uu += 32) sum += contrib[rl * U + uu];
-      sum = warp_sum_i64(sum);
-      for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
-    }
-    cluster.sync();
+    if (CS == 1) __syncthreads();
+    else cluster.sync();
   }
+  };
+  if (A32 && use32) steps(std::true_type());
+  else steps(std::false_type());
 }
 
 /* hn = deq(output.h codes after T steps). */
@@ -1051,14 +1191,14 @@ static int64_t planes_off(op_planes p, int32_t z) { return p.c0 + p.base - z; }
 /* One configuration of the persistent kernel. */
 struct pk_plan {
   int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_lut, smem, clusters;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_lut, smem, clusters;
   double cost;
 };
 
 /* Sizes of configuration (CS, NB) for H units; 0 when it does not fit a block. */
-static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, pk_plan *c) {
+static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, int max_threads, pk_plan *c) {
   const int64_t U = round_up((H + CS - 1) / CS, 4);
-  if (U * NB > 512) return 0;
+  if (U * NB > max_threads) return 0;
   c->CS = CS; c->NB = NB; c->U = (int)U;
   c->Kp = (int)round_up(CS * U, 32);
   c->Mp = (int)round_up(3 * U, 16);
@@ -1077,6 +1217,7 @@ static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_byte
   c->off_slice = round_up(o, 16); o = c->off_slice + (int64_t)PH * NB * U;
   c->off_contrib = round_up(o, 16); o = c->off_contrib + (int64_t)NB * U * 4;
   c->off_items = round_up(o, 16); o = c->off_items + (int64_t)(c->Mp / 16) * (NB / 8) * c->ksplit * 16;
+  c->off_P = round_up(o, 16); o = c->off_P + (int64_t)QG_C32_ROWS * U * 4;
   c->off_lut = round_up(o, 16);
   c->lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c->off_lut + lut_bytes <= smem_max;
   c->smem = c->lut_smem ? c->off_lut + lut_bytes : c->off_lut;
@@ -1087,7 +1228,7 @@ typedef void (*pk_kernel)(pk_params);
 
 /* The fastest configuration that launches, by a model of the per-step time (waves of clusters x
  * cells per CTA, then the smaller cluster); *found = 0 when none fits. */
-static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t N, int64_t H, int PR, int PH,
+static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int a32, int64_t N, int64_t H, int PR, int PH,
                            int64_t lut_bytes, pk_plan *out, int *found) {
   *found = 0;
   int dev, sms, smem_max, smem_sm;
@@ -1101,7 +1242,8 @@ static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t 
   for (int a = 0; a < 4; a++)
     for (int b = 0; b < 5; b++) {
       pk_plan c;
-      if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, &c)) continue;
+      if (ctx->persist_cluster > 0 && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows)) continue;   /* forced */
+      if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, a32 ? PK_THREADS_A32 : 512, &c)) continue;
       c.clusters = (N + c.NB - 1) / c.NB;
       int64_t bps = smem_sm / (c.smem + 1024);
       if (2048 / c.threads < bps) bps = 2048 / c.threads;
@@ -1110,7 +1252,10 @@ static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t 
       int64_t resident = (int64_t)sms * bps / c.CS;
       if (resident < 1) resident = 1;
       const int64_t waves = (c.clusters + resident - 1) / resident;
-      c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
+      /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
+       * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
+      if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
+      else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
       cand[nc++] = c;
     }
   for (int tries = 0; tries < nc; tries++) {
@@ -1152,9 +1297,22 @@ static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int64_t 
   return QG_OK;
 }
 
-static pk_kernel pk_kernel_of(int wide, int obs) {
-  if (wide) return obs ? persistent_kernel<1, 1> : persistent_kernel<1, 0>;
-  return obs ? persistent_kernel<0, 1> : persistent_kernel<0, 0>;
+static pk_kernel pk_kernel_of(int wide, int obs, int a32) {
+  if (a32) return wide ? persistent_kernel<1, 0, 1> : persistent_kernel<0, 0, 1>;
+  if (wide) return obs ? persistent_kernel<1, 1, 0> : persistent_kernel<1, 0, 0>;
+  return obs ? persistent_kernel<0, 1, 0> : persistent_kernel<0, 0, 0>;
+}
+
+/* qg_int_gru_cell_path after a forward in the 32-bit mode: the 32-bit cell, unless a unit outside
+ * its bounds raised the device flag (then the general cell of g->cell_path ran for it). Waits
+ * for the device (tests and diagnostics only). */
+static int cell_path_read(const qg_int_gru *g) {
+  int32_t flag = 0;
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(&flag, g->c32_flag, sizeof flag, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return QG_CELL_NONE;
+  }
+  return flag ? g->cell_path : QG_CELL_32;
 }
 
 typedef void (*ts_kernel)(ts_params, int64_t);
@@ -1196,10 +1354,30 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int64_t lut_bytes = 0;
   for (int k = 0; k < 3; k++) lut_bytes += cq->lut[k] ? 2 * cq->lut_n[k] * 4 : 0;
   if (!(cq->lut[0] && cq->lut[1] && cq->lut[2])) lut_bytes = 0;
+  /* the persistent kernel's 32-bit mode (int_gru_cell.h qg_cell32_*): no observer, W x on the
+   * tensor cores, every operator of at most 16 bits, the W x and R h accumulators at most 2^29
+   * in magnitude (exact in int32); the per-unit bounds (bias terms) are checked on the device */
+  qg_cell32 c32;
+  memset(&c32, 0, sizeof c32);
+  int a32 = 0;
+  if (!obs && wx_mma && rec_exact && cq->narrow && path != QG_PATH_FALLBACK) {
+    const qg_qp gw = qg_qp_make(wb, g->w_unsigned[QG_W_W], 0, 0), gr = qg_qp_make(rb, g->w_unsigned[QG_W_R], 0, 0);
+    int64_t wmax = 0, rmax = 0;
+    for (int64_t j = 0; j < H3; j++) {
+      const int64_t zw = g->w_zp_host[QG_W_W][j], zr = g->w_zp_host[QG_W_R][j];
+      const int64_t aw = gw.qmax - zw > zw - gw.qmin ? gw.qmax - zw : zw - gw.qmin;
+      const int64_t ar = gr.qmax - zr > zr - gr.qmin ? gr.qmax - zr : zr - gr.qmin;
+      if (aw > wmax) wmax = aw;
+      if (ar > rmax) rmax = ar;
+    }
+    const double bound = (double)QG_C32_BOUND;
+    a32 = (double)wmax * (double)qg_cell32_cmax(QX) * (double)C <= bound &&
+          (double)rmax * (double)qg_cell32_cmax(QH) * (double)H <= bound && qg_cell32_setup(&c32, cq, 1);
+  }
   pk_plan pc;
   memset(&pc, 0, sizeof pc);
   int persistent = 0;
-  const pk_kernel pkern = pk_kernel_of(wide, obs);
+  const pk_kernel pkern = pk_kernel_of(wide, obs, a32);
   if (path != QG_PATH_FALLBACK && TN > 0) {
     char why[160];
     why[0] = 0;
@@ -1207,7 +1385,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     else if (H >= (1 << 17)) snprintf(why, sizeof why, "H < 131072 (got %lld)", (long long)H);
     else {
       int found;
-      QG_CHECK(pk_choose(ctx, fn, pkern, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
+      QG_CHECK(pk_choose(ctx, fn, pkern, a32, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
       if (!found) snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
                            (long long)H, rb, hb);
     }
@@ -1218,6 +1396,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       persistent = 1;
     }
   }
+  if (!persistent) a32 = 0;
+  g->cell_path = wide || !rec_exact ? QG_CELL_128 : QG_CELL_64;
+  g->cell_path_read = a32 ? cell_path_read : NULL;
   /* where the persistent kernel does not run: the tensor-core step kernel (<= 16-bit operands),
    * else R h in double */
   const int rec_mma = !persistent && rec_exact && H < (1 << 17) && TN > 0;
@@ -1304,7 +1485,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       wp.H3 = H3; wp.T = T; wp.N = N;
       wp.bconst = (const int64_t *)(ws + o_bcW); wp.offW = (const int64_t *)(ws + o_offW); wp.SX = SX;
       wp.eW = g->w_exp[QG_W_W]; wp.eX = QX.e; wp.Q = QWX; wp.L = L;
-      wp.qwx = qwx; wp.mwx = mwx; wp.range = range; wp.counts = counts;
+      wp.qwx = qwx; wp.mwx = mwx; wp.acc_out = a32; wp.range = range; wp.counts = counts;
       const dim3 grid((unsigned)(Np / WX_BN), (unsigned)(MpW / WX_BM));
       const int single = wpl.n == 1 && xpl.n == 1;
       if (obs) {
@@ -1353,8 +1534,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     pp.c = rc;
     pp.CS = pc.CS; pp.U = pc.U; pp.NB = pc.NB; pp.Kp = pc.Kp; pp.Mp = pc.Mp; pp.PR = rpl.n; pp.PH = hpl.n; pp.ksplit = pc.ksplit;
     pp.baseH = hpl.base; pp.c0H = hpl.c0;
+    for (int64_t j = 0; j < H3; j++) pp.need_sh |= planes_off(rpl, g->w_zp_host[QG_W_R][j]) != 0;
+    pp.c32 = c32; pp.eW = g->w_exp[QG_W_W]; pp.eX = QX.e; pp.c32_flag = g->c32_flag;
+    if (a32) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(g->c32_flag, 0, sizeof(int32_t), st));
     pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
-    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_lut = pc.off_lut;
+    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_P = pc.off_P; pp.off_lut = pc.off_lut;
     pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;

@@ -5,7 +5,9 @@
  * qg_cell_forward on 128 bits, the path checked against the independent Lua reference by
  * tests/lua/quant_step_spec.lua) for every quantizer setting its bounds accept: random
  * bitwidths (2..16), signedness, exponents (left and right shifts, shifts beyond 30) and zero
- * points, random tables, bias codes and accumulators from 0 to 2^24, ties included. Also checks
+ * points, random tables, bias codes and accumulators of magnitude up to 2^29 (QG_C32_BOUND,
+ * the bound of the GPU's int32 accumulators; the CPU's float32 ones stay below 2^24), +-2^29
+ * itself and ties included. Also checks
  * that the bounds accept the common 8-bit settings and refuse settings past them, and that the
  * saved state written as 32-bit words (qg_cell_narrow_words) is qg_cell_pack's, byte for byte.
  */
@@ -37,6 +39,14 @@ static int64_t rand_mag(int bits) {
   if (uni(0, 3) == 0) { const int k = (int)uni(1, 12); v = (v >> k << k) | ((int64_t)1 << (k - 1)); }
   if (v >= ((int64_t)1 << bits)) v = ((int64_t)1 << bits) - 1;
   return uni(0, 1) ? -v : v;
+}
+
+/* An accumulator: magnitude below 2^24 (the CPU's float32 bound), up to 2^29 (the bound of
+ * qg_cell32_forward, reached by the GPU's int32 sums), or exactly +-2^29. */
+static int64_t acc_draw(void) {
+  const int64_t k = uni(0, 9);
+  if (k == 0) return uni(0, 1) ? QG_C32_BOUND : -(int64_t)QG_C32_BOUND;
+  return rand_mag(k < 5 ? 24 : 29);
 }
 
 enum { H = 7 };
@@ -78,7 +88,7 @@ static int one_layer(int wide_exps, int *n_compared) {
     for (int rep = 0; rep < 400; rep++) {
       const int i = (int)uni(0, H - 1);
       int64_t awx[3], arh[3];
-      for (int g = 0; g < 3; g++) { awx[g] = rand_mag(24); arh[g] = rand_mag(24); }
+      for (int g = 0; g < 3; g++) { awx[g] = acc_draw(); arh[g] = acc_draw(); }
       const int64_t hprev = uni(QH.qmin, QH.qmax);
       /* the general path: requant64 of the accumulators (int_gru_cpu.c's requant_row), the 128-bit cell */
       qg_cell_in in;

@@ -74,15 +74,21 @@ local function calibrated(seed, cfg, T, N, C, H)
   return gru.qstate.layers[0], gru.weights[0][0]
 end
 
--- A C layer on device dev holding the quantizers of lq.
-local function layer_on(dev, lq, C, H)
+-- A C layer on device dev holding the quantizers of lq; exp_over (optional): a weight slot and a
+-- per-channel exponent table (1-based channel -> exponent) that replaces calibrated ones.
+local function layer_on(dev, lq, C, H, exp_over)
   local ctx = clib.context(dev)
   local out = ffi.new("qg_int_gru*[1]")
   check(ctx, lib.qg_int_gru_create(ctx, out, C, H))
   local h = ffi.gc(out[0], lib.qg_int_gru_free)
   for _, q in pairs(lq:quantizers()) do
     if q.per_channel then
-      check(ctx, lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
+      local exps = q.exps
+      if exp_over and exp_over.slot == q.slot then
+        exps = q.exps:clone()
+        for j, e in pairs(exp_over.exps) do exps:set(j, e) end
+      end
+      check(ctx, lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, exps.t, q.zps.t))
     else
       check(ctx, lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
     end
@@ -469,4 +475,62 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
       end
     end)
   end
+end)
+
+describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", function()
+  if not qgru.cudaAvailable() then
+    it("skipped: no CUDA device", function() pending("no CUDA device") end)
+    return
+  end
+
+  -- every operator int8: within the 32-bit cell's bounds, so the persistent kernel runs
+  -- qg_cell32_forward on its int32 accumulators (qg_int_gru_cell_path says so); odd H, N not a
+  -- multiple of the 8-row tiles, several cluster shapes (H up to 130)
+  local C32 = {
+    { seed = 41, T = 6, N = 17, C = 5, H = 7, h0 = true, lengths = true, reverse = true },
+    { seed = 42, T = 5, N = 9, C = 40, H = 64, lengths = true },
+    { seed = 43, T = 4, N = 3, C = 300, H = 130, h0 = true, reverse = true },
+    { seed = 44, T = 7, N = 33, C = 3, H = 1, h0 = true, lengths = true },
+    { seed = 45, T = 3, N = 17, C = 64, H = 129, h0 = true, lengths = true, reverse = true },
+  }
+  local function compare(c, lq, w, exp_over, want_path)
+    local inp = inputs(c, w)
+    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
+    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
+    same(ref_inf.y, ref.y, "CPU inference y vs training y")
+    for _, path in ipairs({ "auto", "persistent" }) do
+      with_path(path, function()
+        local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+        local o = forward("cuda", hg, inp, true)
+        for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], path .. " " .. k) end
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), path .. ": cell path after the training forward")
+        local oi = forward("cuda", hg, inp, false)
+        same(oi.y, ref.y, path .. " inference y")
+        same(oi.hn, ref.hn, path .. " inference hn")
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), path .. ": cell path after the inference forward")
+      end)
+    end
+    with_path("fallback", function()   -- the per-step kernels keep the general cell
+      local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+      same(forward("cuda", hg, inp, false).y, ref.y, "fallback inference y")
+      assert.are.equal(lib.QG_CELL_64, lib.qg_int_gru_cell_path(hg), "fallback: cell path")
+    end)
+  end
+
+  for _, c in ipairs(C32) do
+    it(string.format("int8, seed %d: T=%d N=%d C=%d H=%d%s%s%s: the 32-bit cell runs, every byte equals the CPU's", c.seed, c.T,
+                     c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or ""), function()
+      local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      compare(c, lq, w, nil, lib.QG_CELL_32)
+    end)
+  end
+
+  it("int8 with one unit's bias outside the 32-bit bounds: its CTA runs the general cell (device flag), same bytes", function()
+    -- weight.bw channel 4 (gate z of unit 4) at exponent 31: its nonzero bias code would have to
+    -- be aligned 20+ bits finer than W x, past the 32-bit cell's 2^29 (qg_cell32_unit refuses
+    -- that unit only); the 64-bit cell still holds
+    local c = { seed = 46, T = 5, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }
+    local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+    compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+  end)
 end)
