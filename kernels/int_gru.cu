@@ -612,6 +612,27 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
       const int r = e / TS_U, uu = e % TS_U;
       Ps[e] = u0 + uu < H ? p.P32[r * H + u0 + uu] : 0;
     }
+  /* A32: this thread's cells' inputs that do not depend on R h (unit tid % TS_U, batch rows
+   * tid / TS_U + 16 q: the W x accumulators, from DRAM at large shapes, and the previous codes),
+   * loaded before the products so that their latency hides behind them */
+  constexpr int TS_RPT = TS_N / (TS_THREADS / TS_U), TS_PRE = A32 ? TS_RPT : 1;
+  int32_t pwx[TS_PRE][3], php[TS_PRE];
+  if (A32) {
+    const int64_t i = u0 + tid % TS_U;
+#pragma unroll
+    for (int q = 0; q < TS_PRE; q++) {
+      const int64_t n = n0 + tid / TS_U + q * (TS_THREADS / TS_U);
+      pwx[q][0] = pwx[q][1] = pwx[q][2] = php[q] = 0;
+      if (i < H && n < N) {
+        const int64_t Ln = length_at(c.L, n, c.T);
+        php[q] = h_at(c, s)[n * H + i];
+        if (s < Ln) {
+          const int32_t *wx = c.qwx + ((c.reverse ? Ln - 1 - s : s) * N + n) * 3 * H + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        }
+      }
+    }
+  }
 
   /* this thread's 16-byte chunks of each staged tile: chunk tid, and tid + TS_THREADS where it
    * exists (rows 0..TS_M-1 of R, then TS_N rows of h) */
@@ -761,10 +782,12 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
   const bool use32 = A32 ? Ps[QG_C32_ROWS * TS_U + u] != 0 : false;
   const int32_t *hprev_codes = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
-  for (int r = rb; r < TS_N; r += TS_THREADS / TS_U) {
+  /* rows rb, rb + 16, ...; A32: a constant trip count, unrolled (the prefetched inputs stay in registers) */
+#pragma unroll TS_PRE
+  for (int rq = 0, r = rb; A32 ? rq < TS_PRE : r < TS_N; rq++, r += TS_THREADS / TS_U) {
     const int64_t n = n0 + r;
     if (n >= N) break;
-    const int64_t Ln = length_at(c.L, n, c.T), hp = hprev_codes[n * H + i];
+    const int64_t Ln = length_at(c.L, n, c.T), hp = A32 ? php[rq] : hprev_codes[n * H + i];
     int64_t hnew = hp;
     if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
       zero_cell(c, s, n, i);
@@ -778,9 +801,8 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
 #pragma unroll
       for (int k = 0; k < 3; k++) a[k] = (sum_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
       if (use32) {
-        const int32_t *wx = c.qwx + (t * N + n) * 3 * H + i;
         qg_cell32_out o;
-        qg_cell32_forward(&c32, u, wx[0], wx[H], wx[2 * H], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o);
+        qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o);
         hnew = o.h;
         c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * ldexp(1.0, -QH.e));
         if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
@@ -801,11 +823,10 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
           in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
         }
         if (A32) {   /* a unit outside the 32-bit bounds: W x requantized here, as wx_gemm_kernel does */
-          const int64_t o = (t * N + n) * 3 * H + i;
 #pragma unroll
           for (int k = 0; k < 3; k++) {
             int m;
-            in.wx[k] = qg_requant64(c.qwx[o + k * H], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
+            in.wx[k] = qg_requant64(pwx[rq][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
             in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
           }
         } else {
