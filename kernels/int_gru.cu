@@ -40,7 +40,7 @@
  *        (or qg_ctx_set_persist_shape), with one CTA per multiprocessor when the grid fits the
  *        GPU. Activation tables go to shared memory.
  *        32-bit mode (no observer, every operator of <= 16 bits, and the host's bound
- *        max|centered W| max|centered x| C and the same for R h, H at most 2^29): W x arrives as
+ *        max|centered W| max|centered x| C and the same for R h, H at most 2^29; also taken by the tensor-core step below): W x arrives as
  *        int32 accumulators, every R h sum is taken mod 2^32 (exact, the true sums being below
  *        2^29), and the cell is int_gru_cell.h's qg_cell32_forward, which requantizes the
  *        accumulators itself. Its per-unit rows (qg_cell32_unit: the quantizers, exponents and
@@ -57,7 +57,12 @@
  *        term from the same B fragments (__dp4a); the sums of a unit's three gates meet in
  *        shared memory, then each thread runs the cells of one unit for 4 batch rows and writes
  *        the next step's h codes and planes. Operands of <= 16 bits and H < 2^17 (exact as W x
- *        above). Otherwise (operands above 16 bits) the per-step kernel of one thread per
+ *        above). In the 32-bit mode (the persistent kernel's conditions, under auto where the
+ *        persistent kernel cannot hold the shape) the cells are qg_cell32_forward on the int32
+ *        W x accumulators and the R h sums taken mod 2^32; their per-unit rows are built once
+ *        per forward (cell32_units_kernel, [QG_C32_ROWS + 1, H] in the workspace) and each block
+ *        stages its 32 units' rows in shared memory; a unit outside the bounds runs the general
+ *        cell and sets the same flag. Otherwise (operands above 16 bits) the per-step kernel of one thread per
  *        (unit, row) sums R h in double with the transposed centered R, as the CPU's simulated
  *        GEMM.
  *      Both write y (0 at padded steps), the saved state and hn; the per-step kernels read the
@@ -537,6 +542,13 @@ struct ts_params {
   int64_t Np, Kp;
   int PR, PH;
   int64_t baseH;                   /* output.h planes: r = q - baseH */
+  /* the 32-bit mode (A32): the per-tensor part of the 32-bit cell, the per-unit rows
+   * [QG_C32_ROWS + 1][H] (cell32_units_kernel; the last row: 1 where the unit is within the
+   * bounds), W's exponents and input.x's (the general cell's requantization of W x) */
+  qg_cell32 c32;
+  const int32_t *P32;
+  const int32_t *eW;
+  int eX;
 };
 
 /* Shared memory of the tensor-core step: the staging buffers, later the summed tile. */
@@ -554,12 +566,38 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* SINGLE: one plane of R and of h (operands of <= 8 bits): int32 sums, no plane loops. */
-template <int WIDE, int OBS, int SINGLE>
+/* The rows of the 32-bit cell of every unit, once per forward for the tensor-core step's 32-bit
+ * mode: P [QG_C32_ROWS + 1][H], the last row 1 where qg_cell32_unit accepts the unit; a unit
+ * outside the bounds sets *flag (the general cell runs for it, qg_int_gru_cell_path says 64). */
+__global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const int32_t *eW, int32_t *P, int32_t *flag) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = c.H;
+  if (i >= H) return;
+  int ew[3], er[3], ebx[3], ebr[3];
+  int64_t bx[3], br[3];
+  for (int k = 0; k < 3; k++) {
+    const int64_t j = k * H + i;
+    ew[k] = eW[j]; er[k] = c.eR[j];
+    ebx[k] = c.bxe[j]; ebr[k] = c.bre[j];
+    bx[k] = (int64_t)c.bxc[j] - c.bxz[j];
+    br[k] = (int64_t)c.brc[j] - c.brz[j];
+  }
+  const int ok = qg_cell32_unit(P, H, i, &c.cell, ew, er, bx, ebx, br, ebr);
+  P[QG_C32_ROWS * H + i] = ok;
+  if (!ok) *flag = 1;
+}
+
+/* SINGLE: one plane of R and of h (operands of <= 8 bits): int32 sums, no plane loops.
+ * A32: W x arrives as int32 accumulators (wx_gemm_kernel with acc_out) and R h is taken mod 2^32
+ * (exact: the host bounds every accumulator below 2^29, as in the persistent kernel's 32-bit
+ * mode); the block's units' rows of the 32-bit cell (p.P32) are staged in shared memory, and
+ * each unit within the bounds runs qg_cell32_forward, the others the general cell. */
+template <int WIDE, int OBS, int SINGLE, int A32>
 __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_constant__ ts_params p, int64_t s) {
   typedef typename std::conditional<SINGLE, int32_t, int64_t>::type tile_t;
+  typedef typename std::conditional<A32, uint32_t, int64_t>::type sum_t;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t rsum[2][2][TS_N];   /* [K group][h plane][batch row]: sums of the h planes */
+  __shared__ int32_t Ps[A32 ? (QG_C32_ROWS + 1) * TS_U : 1];   /* A32: [QG_C32_ROWS + 1][TS_U] */
   const rec_common &c = p.c;
   const int64_t H = c.H, H3 = 3 * H, N = c.N, Kp = p.Kp, Np = p.Np;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -569,6 +607,32 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
   const int PR = SINGLE ? 1 : p.PR, PH = SINGLE ? 1 : p.PH;
   int8_t *stage = (int8_t *)smem;
   tile_t *tile = (tile_t *)smem;   /* after the K loops: [TS_N][TS_ALD] */
+  if (A32)   /* read after the K loop's barriers */
+    for (int e = tid; e < (QG_C32_ROWS + 1) * TS_U; e += TS_THREADS) {
+      const int r = e / TS_U, uu = e % TS_U;
+      Ps[e] = u0 + uu < H ? p.P32[r * H + u0 + uu] : 0;
+    }
+  /* A32: this thread's cells' inputs that do not depend on R h (unit tid % TS_U, batch rows
+   * tid / TS_U + 16 q: the W x accumulators, from DRAM at large shapes, and the previous codes),
+   * loaded before the products so that their latency hides behind them */
+  constexpr int TS_RPT = TS_N / (TS_THREADS / TS_U), TS_PRE = A32 ? TS_RPT : 1;
+  int32_t pwx[TS_PRE][3], php[TS_PRE];
+  if (A32) {
+    const int64_t i = u0 + tid % TS_U;
+#pragma unroll
+    for (int q = 0; q < TS_PRE; q++) {
+      const int64_t n = n0 + tid / TS_U + q * (TS_THREADS / TS_U);
+      pwx[q][0] = pwx[q][1] = pwx[q][2] = php[q] = 0;
+      if (i < H && n < N) {
+        const int64_t Ln = length_at(c.L, n, c.T);
+        php[q] = h_at(c, s)[n * H + i];
+        if (s < Ln) {
+          const int32_t *wx = c.qwx + ((c.reverse ? Ln - 1 - s : s) * N + n) * 3 * H + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        }
+      }
+    }
+  }
 
   /* this thread's 16-byte chunks of each staged tile: chunk tid, and tid + TS_THREADS where it
    * exists (rows 0..TS_M-1 of R, then TS_N rows of h) */
@@ -703,43 +767,74 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H], QRH = c.cell.a[QG_Q_MATMUL_RH];
   qg_cell_in base_in;
   fill_bias(c, i, &base_in);
-  int64_t rconst[3], roff[3];
+  sum_t rconst[3], roff[3];
   int srh[3];
 #pragma unroll
   for (int k = 0; k < 3; k++) {
     const int64_t j = k * H + i;
-    rconst[k] = p.rconst[j];
-    roff[k] = p.roff[j];
+    rconst[k] = (sum_t)p.rconst[j];
+    roff[k] = (sum_t)p.roff[j];
     srh[k] = c.eR[j] + QH.e;
   }
+  qg_cell32 c32 = p.c32;   /* A32: this block's rows in shared memory, unit u */
+  c32.P = Ps;
+  c32.H = TS_U;
+  const bool use32 = A32 ? Ps[QG_C32_ROWS * TS_U + u] != 0 : false;
   const int32_t *hprev_codes = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
-  for (int r = rb; r < TS_N; r += TS_THREADS / TS_U) {
+  /* rows rb, rb + 16, ...; A32: a constant trip count, unrolled (the prefetched inputs stay in registers) */
+#pragma unroll TS_PRE
+  for (int rq = 0, r = rb; A32 ? rq < TS_PRE : r < TS_N; rq++, r += TS_THREADS / TS_U) {
     const int64_t n = n0 + r;
     if (n >= N) break;
-    const int64_t Ln = length_at(c.L, n, c.T), hp = hprev_codes[n * H + i];
+    const int64_t Ln = length_at(c.L, n, c.T), hp = A32 ? php[rq] : hprev_codes[n * H + i];
     int64_t hnew = hp;
     if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
       zero_cell(c, s, n, i);
       c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
     } else {
       const int64_t t = c.reverse ? Ln - 1 - s : s;
-      int64_t sh = 0;
+      sum_t sh = 0;
       for (int q = 0; q < 2; q++)
-        for (int pb = 0; pb < PH; pb++) sh += plane_scale(PH, pb) * (int64_t)rsum[q][pb][r];
-      qg_cell_in in = base_in;
-      in.mask = 0;
+        for (int pb = 0; pb < PH; pb++) sh += (sum_t)plane_scale(PH, pb) * (sum_t)rsum[q][pb][r];
+      sum_t a[3];
 #pragma unroll
-      for (int k = 0; k < 3; k++) {
-        const int64_t a = (int64_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
-        int m;
-        in.rh[k] = qg_requant64(a, srh[k], QRH, &m);
-        if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)a, -srh[k]));
-        in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+      for (int k = 0; k < 3; k++) a[k] = (sum_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
+      if (use32) {
+        qg_cell32_out o;
+        qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o);
+        hnew = o.h;
+        c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * ldexp(1.0, -QH.e));
+        if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
+          uint32_t w[3];
+          qg_cell_narrow_words(&c.cell, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, w);
+          uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
+          d[0] = w[0]; d[1] = w[1]; d[2] = w[2];
+        }
+      } else {
+        qg_cell_in in = base_in;
+        in.mask = 0;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+          const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
+          int m;
+          in.rh[k] = qg_requant64(av, srh[k], QRH, &m);
+          if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
+          in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+        }
+        if (A32) {   /* a unit outside the 32-bit bounds: W x requantized here, as wx_gemm_kernel does */
+#pragma unroll
+          for (int k = 0; k < 3; k++) {
+            int m;
+            in.wx[k] = qg_requant64(pwx[rq][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
+            in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
+          }
+        } else {
+          cell_wx(c, t * N + n, i, &in);
+        }
+        in.hprev = hp;
+        hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
       }
-      cell_wx(c, t * N + n, i, &in);
-      in.hprev = hp;
-      hnew = run_cell<WIDE, OBS>(&c.cell, c, s, t, n, i, &in);
     }
     hnext[n * H + i] = (int32_t)hnew;
     if (s == c.T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
@@ -1317,13 +1412,17 @@ static int cell_path_read(const qg_int_gru *g) {
 
 typedef void (*ts_kernel)(ts_params, int64_t);
 
-static ts_kernel ts_kernel_of(int wide, int obs, int single) {
-  if (wide) {
-    if (obs) return single ? tc_step_kernel<1, 1, 1> : tc_step_kernel<1, 1, 0>;
-    return single ? tc_step_kernel<1, 0, 1> : tc_step_kernel<1, 0, 0>;
+static ts_kernel ts_kernel_of(int wide, int obs, int single, int a32) {
+  if (a32) {   /* no observer */
+    if (wide) return single ? tc_step_kernel<1, 0, 1, 1> : tc_step_kernel<1, 0, 0, 1>;
+    return single ? tc_step_kernel<0, 0, 1, 1> : tc_step_kernel<0, 0, 0, 1>;
   }
-  if (obs) return single ? tc_step_kernel<0, 1, 1> : tc_step_kernel<0, 1, 0>;
-  return single ? tc_step_kernel<0, 0, 1> : tc_step_kernel<0, 0, 0>;
+  if (wide) {
+    if (obs) return single ? tc_step_kernel<1, 1, 1, 0> : tc_step_kernel<1, 1, 0, 0>;
+    return single ? tc_step_kernel<1, 0, 1, 0> : tc_step_kernel<1, 0, 0, 0>;
+  }
+  if (obs) return single ? tc_step_kernel<0, 1, 1, 0> : tc_step_kernel<0, 1, 0, 0>;
+  return single ? tc_step_kernel<0, 0, 1, 0> : tc_step_kernel<0, 0, 0, 0>;
 }
 
 extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
@@ -1354,9 +1453,10 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int64_t lut_bytes = 0;
   for (int k = 0; k < 3; k++) lut_bytes += cq->lut[k] ? 2 * cq->lut_n[k] * 4 : 0;
   if (!(cq->lut[0] && cq->lut[1] && cq->lut[2])) lut_bytes = 0;
-  /* the persistent kernel's 32-bit mode (int_gru_cell.h qg_cell32_*): no observer, W x on the
-   * tensor cores, every operator of at most 16 bits, the W x and R h accumulators at most 2^29
-   * in magnitude (exact in int32); the per-unit bounds (bias terms) are checked on the device */
+  /* the 32-bit mode of the persistent kernel and of the tensor-core step (int_gru_cell.h
+   * qg_cell32_*): no observer, W x on the tensor cores (so not on a forced fallback), every
+   * operator of at most 16 bits, the W x and R h accumulators at most 2^29 in magnitude (exact
+   * in int32); the per-unit bounds (bias terms) are checked on the device */
   qg_cell32 c32;
   memset(&c32, 0, sizeof c32);
   int a32 = 0;
@@ -1396,12 +1496,12 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       persistent = 1;
     }
   }
-  if (!persistent) a32 = 0;
+  /* where the persistent kernel does not run: the tensor-core step kernel (<= 16-bit operands;
+   * the 32-bit mode as well), else R h in double */
+  const int rec_mma = !persistent && rec_exact && H < (1 << 17) && TN > 0;
+  if (!persistent && !rec_mma) a32 = 0;
   g->cell_path = wide || !rec_exact ? QG_CELL_128 : QG_CELL_64;
   g->cell_path_read = a32 ? cell_path_read : NULL;
-  /* where the persistent kernel does not run: the tensor-core step kernel (<= 16-bit operands),
-   * else R h in double */
-  const int rec_mma = !persistent && rec_exact && H < (1 << 17) && TN > 0;
   const int64_t KpR = persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
 
   /* device workspace */
@@ -1417,10 +1517,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   } else {
     o_Xd = take(&total, TN * C * 8); o_Wd = take(&total, H3 * C * 8); o_acc = take(&total, TN * H3 * 8);
   }
-  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0, o_Hp = 0;
+  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0, o_Hp = 0, o_P32 = 0;
   if (persistent || rec_mma) {
     o_Rp = take(&total, (int64_t)rpl.n * H3 * KpR); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
     if (rec_mma) o_Hp = take(&total, 2LL * hpl.n * NpH * KpR);
+    if (rec_mma && a32) o_P32 = take(&total, (int64_t)(QG_C32_ROWS + 1) * H * 4);
   } else {
     o_Rt = take(&total, H3 * H * 8);
   }
@@ -1557,8 +1658,13 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     tp.c = rc;
     tp.Rp = (const int8_t *)(ws + o_Rp); tp.rconst = (const int64_t *)(ws + o_bcR); tp.roff = (const int64_t *)(ws + o_offR);
     tp.Hp = (int8_t *)(ws + o_Hp); tp.Np = NpH; tp.Kp = KpR; tp.PR = rpl.n; tp.PH = hpl.n; tp.baseH = hpl.base;
+    tp.c32 = c32; tp.P32 = (const int32_t *)(ws + o_P32); tp.eW = g->w_exp[QG_W_W]; tp.eX = QX.e;
+    if (a32) {   /* the rows of the 32-bit cell, once for all steps */
+      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(g->c32_flag, 0, sizeof(int32_t), st));
+      cell32_units_kernel<<<qg_cuda_blocks(H, 128), 128, 0, st>>>(rc, g->w_exp[QG_W_W], (int32_t *)(ws + o_P32), g->c32_flag);
+    }
     const int single = rpl.n == 1 && hpl.n == 1;
-    const ts_kernel tk = ts_kernel_of(wide, obs, single);
+    const ts_kernel tk = ts_kernel_of(wide, obs, single, a32);
     const size_t smem = ts_smem(single);
     QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)tk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     /* both h plane buffers zero (padding rows and columns), then h0's planes into buffer 0 */

@@ -15,7 +15,10 @@
 --     is a clear error, and auto falls back;
 --   * calibration statistics observed on the GPU equal the CPU's and give identical (e, z) for
 --     every operator;
---   * a forced persistent path on operands it cannot hold is a clear error; auto falls back.
+--   * a forced persistent path on operands it cannot hold is a clear error; auto falls back;
+--   * int8 layers run the 32-bit cell (qg_int_gru_cell_path) in the persistent kernel and in the
+--     tensor-core step (auto with a forced shape that cannot hold H), a unit outside its bounds
+--     the general cell; the same bytes.
 -- Tagged gpu: without a CUDA device the whole file is skipped with one pending line.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
@@ -535,5 +538,58 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
     local c = { seed = 46, T = 5, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }
     local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
     compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+  end)
+
+  -- The tensor-core step kernel (the per-step recurrence large H takes) in the 32-bit mode: auto
+  -- with a forced persistent shape that cannot hold H (1 CTA x 8 rows: 300 units x 8 rows of
+  -- cells) takes it, with W x on the tensor cores (a forced fallback keeps the fp64 W x and the
+  -- general cell, asserted above); H = 300 and N of 66..70 leave partial unit and batch tiles.
+  local TC32 = {
+    { seed = 51, T = 5, N = 70, C = 9, H = 300, h0 = true, lengths = true, reverse = true },
+    { seed = 52, T = 4, N = 70, C = 40, H = 300 },
+    { seed = 53, T = 3, N = 66, C = 5, H = 300, h0 = true, lengths = true },
+  }
+  local function compare_step(c, lq, w, exp_over, want_path)
+    local inp = inputs(c, w)
+    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
+    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
+    same(ref_inf.y, ref.y, "CPU inference y vs training y")
+    local gpu_ctx = clib.context("cuda")
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, 1, 0, 0))
+    local ok, err = pcall(function()
+      with_path("persistent", function()   -- the forced shape cannot hold H: auto takes the per-step kernel
+        assert.raises_match(function() forward("cuda", layer_on("cuda", lq, c.C, c.H, exp_over), inp, false) end,
+                            "the persistent integer GRU kernel needs the int8 planes of R (H = 300, 8 and 8 bits)")
+      end)
+      with_path("auto", function()
+        local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+        local o = forward("cuda", hg, inp, true)
+        for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], "tensor-core step " .. k) end
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), "tensor-core step: cell path after the training forward")
+        local oi = forward("cuda", hg, inp, false)
+        same(oi.y, ref.y, "tensor-core step inference y")
+        same(oi.hn, ref.hn, "tensor-core step inference hn")
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), "tensor-core step: cell path after the inference forward")
+      end)
+    end)
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+    if not ok then error(err, 0) end
+  end
+
+  for _, c in ipairs(TC32) do
+    it(string.format("int8, seed %d: T=%d N=%d C=%d H=%d%s%s%s: the tensor-core step runs the 32-bit cell, every byte equals the CPU's",
+                     c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or ""),
+       function()
+      local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      compare_step(c, lq, w, nil, lib.QG_CELL_32)
+    end)
+  end
+
+  it("int8, the tensor-core step with one unit's bias outside the 32-bit bounds: the general cell for it (device flag), same bytes",
+     function()
+    -- as above: weight.bw channel 4 at exponent 31 (unit 4, in the first unit tile)
+    local c = { seed = 54, T = 5, N = 70, C = 5, H = 300, h0 = true, lengths = true, reverse = true }
+    local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+    compare_step(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
   end)
 end)
