@@ -30,6 +30,27 @@ __device__ __forceinline__ void cp_async_wait_step() {
 }
 
 /* sum of n partials p[0], p[stride], ... in four interleaved chains (a fixed order) */
+/* The backward's share of dh = dq R^T for unit mu: lane ms of the unit sums rows j = ms, ms + S,
+ * ... of the 3H rows (sequential fp32 FMAs, a fixed order) for each of the NB rows' dq (qc
+ * [NB][3H]) against R^T's column mu (Rt [3H][Hk]) and writes its partial sums to
+ * part[(ms NB + b) Hk + mu]; sum_partials then adds the S partials in a fixed order. */
+template <int NB>
+__device__ __forceinline__ void dq_rt_partials(float *part, const float *Rt, const float *qc, int mu, int ms, int S, int H3,
+                                               int Hk) {
+  float acc[NB];
+#pragma unroll
+  for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+  const float *rp = Rt + mu;
+#pragma unroll 4
+  for (int j = ms; j < H3; j += S) {
+    const float rv = rp[j * Hk];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = fmaf(rv, qc[b * H3 + j], acc[b]);
+  }
+#pragma unroll
+  for (int b = 0; b < NB; b++) part[(ms * NB + b) * Hk + mu] = acc[b];
+}
+
 __device__ __forceinline__ float sum_partials(const float *p, int n, int stride) {
   float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
   int q = 0;

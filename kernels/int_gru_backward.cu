@@ -191,20 +191,7 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
       }
     }
     cluster_barrier(K);
-    if (mv) {
-      float acc[NB];
-#pragma unroll
-      for (int b = 0; b < NB; b++) acc[b] = 0.0f;
-      const float *rp = Rt + mu;
-#pragma unroll 4
-      for (int j = ms; j < H3; j += S) {
-        const float rv = rp[j * Hk];
-#pragma unroll
-        for (int b = 0; b < NB; b++) acc[b] = fmaf(qc[b * H3 + j], rv, acc[b]);
-      }
-#pragma unroll
-      for (int b = 0; b < NB; b++) part[(ms * NB + b) * Hk + mu] = acc[b];
-    }
+    if (mv) dq_rt_partials<NB>(part, Rt, qc, mu, ms, S, H3, Hk);
     __syncthreads();
     if (pact) dh = keep + sum_partials(part + pb * Hk + pu, S, NBHk);
   }
