@@ -126,6 +126,14 @@ function Tensor:sameShape(shape)
 end
 
 -- A typed pointer to the data of a CPU tensor (for Lua loops; 0-based indexing).
+-- Tensor.keepAlive(...): a use of the given values, nothing else. A tensor read or written through
+-- a raw pointer (:ptr()) must stay alive until the last access: the pointer does not keep it, and
+-- LuaJIT may collect a local after its last use (the JIT drops dead slots) or once a tail call has
+-- replaced the frame that held it (`return build(1)` did: totable of a temporary host copy read
+-- its last elements from freed memory, glibc's free-chunk size there). Call it after the last
+-- access through the pointer.
+function Tensor.keepAlive(...) return select("#", ...) end
+
 function Tensor:ptr()
   local t = live(self)
   if t.device ~= lib.QG_CPU then error("qgru.Tensor:ptr(): the tensor is on " .. self:device() .. "; call :to('cpu') first", 2) end
@@ -263,7 +271,9 @@ local function flat_index(self, ...)
 end
 function Tensor:get(...)
   local src = self:device() == "cpu" and self or self:to("cpu")
-  return reader(self:dtype())(src:ptr(), flat_index(self, ...))
+  local v = reader(self:dtype())(src:ptr(), flat_index(self, ...))
+  Tensor.keepAlive(src)   -- the host copy is read through a raw pointer: no tail call, see keepAlive
+  return v
 end
 function Tensor:set(...)
   local n = select("#", ...)
@@ -287,7 +297,9 @@ function Tensor:totable()
     end
     return t
   end
-  return build(1)
+  local out = build(1)
+  Tensor.keepAlive(src, self)   -- not `return build(1)`: see keepAlive
+  return out
 end
 
 -- Tensor.from(nested_table, dtype, device)
@@ -347,6 +359,7 @@ function Tensor:__tostring()
     lines[#lines + 1] = "  " .. table.concat(vals, " ")
   end
   if rows > 6 then lines[#lines + 1] = string.format("  ... (%d rows)", rows) end
+  Tensor.keepAlive(src)   -- read through a raw pointer: see keepAlive
   return table.concat(lines, "\n")
 end
 

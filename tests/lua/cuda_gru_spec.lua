@@ -47,11 +47,12 @@ describe("CUDA float GRU #gpu", function()
     local num, den = 0, 0
     for i = 0, g:numel() - 1 do
       local a, c = pg[i], pw[i]
-      if a ~= a or c ~= c then return 0 / 0 end
+      if a ~= a or c ~= c then Tensor.keepAlive(g, w, b); return 0 / 0 end
       local o = pb and pb[i] or 0
       num = num + ((a - o) - (c - o)) ^ 2
       den = den + (c - o) ^ 2
     end
+    Tensor.keepAlive(g, w, b)   -- the host copies stay alive while read through raw pointers
     if den == 0 then return num == 0 and 0 or math.huge end
     return math.sqrt(num / den)
   end
@@ -60,10 +61,12 @@ describe("CUDA float GRU #gpu", function()
     assert(e < TOL, string.format("%s: relative error %.3g (limit %g)", what, e, TOL))
   end
   local function identical(a, b, what)
-    local pa, pb, n = host(a):ptr(), host(b):ptr(), a:numel()
+    local ha, hb = host(a), host(b)   -- held (keepAlive below): a raw pointer does not keep a temporary copy alive
+    local pa, pb, n = ha:ptr(), hb:ptr(), a:numel()
     for i = 0, n - 1 do
       if pa[i] ~= pb[i] then error(string.format("%s: element %d differs between two runs (%.9g vs %.9g)", what, i, pa[i], pb[i])) end
     end
+    Tensor.keepAlive(ha, hb)
   end
 
   -- One layer and direction through the C API: the CPU result and the GPU result of the same inputs.

@@ -36,6 +36,20 @@ describe("Tensor", function()
     assert.raises_match(function() t:numel() end, "use after :free()")
     assert.are.equal("qgru.Tensor (freed)", tostring(t))
   end)
+  -- totable ended in `return build(1)`: the tail call dropped the frame that held the receiver,
+  -- so a temporary tensor (a host copy of a CUDA tensor, or any `Tensor.new(..):totable()`) could
+  -- be collected while its last elements were still read through a raw pointer; they then came
+  -- back as glibc's free-chunk size (6.3e-41 as a float for this shape). Sizes of tens of kB (not
+  -- mmapped, not cached per thread) in a loop that lets the GC run: every element must be 7.
+  it("totable and get of a temporary read its memory before it can be collected", function()
+    local bad = 0
+    for _ = 1, 200 do
+      local t = Tensor.new({ 5, 17, 133 }, "f32"):fill(7):totable()
+      for a = 1, 5 do for b = 1, 17 do for c = 1, 133 do if t[a][b][c] ~= 7 then bad = bad + 1 end end end end
+      if Tensor.new({ 5, 17, 133 }, "f32"):fill(7):get(5, 17, 133) ~= 7 then bad = bad + 1 end
+    end
+    assert.are.equal(0, bad)
+  end)
   it("same seed draws the same numbers; uniform stays in range", function()
     qgru.seed(5); local a = qgru.rand({ 1000 }):totable()
     qgru.seed(5); local b = qgru.rand({ 1000 }):totable()

@@ -75,6 +75,7 @@ end
 local function tolist(t)
   local p, n, out = t:ptr(), t:numel(), {}
   for i = 1, n do out[i] = tonumber(p[i - 1]) end
+  Tensor.keepAlive(t)   -- t (often a temporary host copy) stays alive while read through p
   return out
 end
 

@@ -115,8 +115,7 @@ function GRU:_lengthsTensor(L, T, N, dev)
     if L:dim() ~= 1 or L:size(1) ~= N then
       self:fail("lengths: expected %d entries (one per batch row), got shape [%s]", N, table.concat(L:shape(), ", "))
     end
-    local p = L:to("cpu"):to("i64"):ptr()
-    for n = 1, N do vals[n] = tonumber(p[n - 1]) end
+    vals = L:to("cpu"):to("i64"):totable()   -- (not a raw pointer into the temporary copy: it may be collected)
   elseif type(L) == "table" then
     if #L ~= N then self:fail("lengths: expected %d entries (one per batch row), got %d", N, #L) end
     vals = L

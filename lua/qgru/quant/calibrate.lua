@@ -126,6 +126,7 @@ function M.run(model, list, data, opts)
             end
           end
         end
+        Tensor.keepAlive(range)   -- a host copy read through sp: alive until here
       end
     end
   end
