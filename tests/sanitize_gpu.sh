@@ -20,7 +20,8 @@
 #   QGRU_SANITIZE_DEADLINE  seconds from the start after which no further test is started, and
 #                           which no test outlives (default: none); such tests are counted as
 #                           "not run" / "timeout", so a run within a fixed budget still reports
-#   QGRU_SANITIZE_FILTER    a Lua pattern: only tests whose name matches it (default: all)
+#   QGRU_SANITIZE_FILTER    Lua patterns separated by ';': only tests whose name matches one of
+#                           them (default: all)
 #   QGRU_SANITIZE_DIR       where the logs go (default $OUT/sanitize if OUT is set, else
 #                           /tmp/qgru-sanitize): one log per (tool, spec, test) under
 #                           <tool>/<spec>/NNN.log, and <tool>-<spec>.txt, one line per test
@@ -53,7 +54,9 @@ fi
 list_tests() {
   luajit -joff "$busted" --run=unit -t gpu --list "$1" 2>/dev/null | sed -E 's/^[^:]+:[0-9]+: //' |
     { if [ -n "${QGRU_SANITIZE_FILTER:-}" ]; then
-        luajit -e 'local p = os.getenv("QGRU_SANITIZE_FILTER"); for l in io.lines() do if l:find(p) then print(l) end end'
+        luajit -e 'local ps = {}
+          for p in os.getenv("QGRU_SANITIZE_FILTER"):gmatch("[^;]+") do ps[#ps + 1] = p end
+          for l in io.lines() do for _, p in ipairs(ps) do if l:find(p) then print(l); break end end end'
       else cat; fi; }
 }
 
