@@ -582,6 +582,11 @@ __global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const 
     br[k] = (int64_t)c.brc[j] - c.brz[j];
   }
   const int ok = qg_cell32_unit(P, H, i, &c.cell, ew, er, bx, ebx, br, ebr);
+  /* a unit outside the bounds: qg_cell32_unit returned before writing all its rows; tc_step_kernel
+   * still stages every row of its block's units (and runs the general cell for this one), so the
+   * rest is defined here (compute-sanitizer initcheck: uninitialized workspace reads otherwise) */
+  if (!ok)
+    for (int r = 0; r < QG_C32_ROWS; r++) P[r * H + i] = 0;
   P[QG_C32_ROWS * H + i] = ok;
   if (!ok) *flag = 1;
 }
