@@ -5,7 +5,7 @@
 #   tests/sanitize_gpu.sh [SPEC.lua ...]     (default: every spec under tests/lua with a #gpu test)
 # Why one process per test: racecheck instruments every shared-memory access, and the persistent
 # kernels run thousands of steps, so a whole spec in one process (the old way) ran past 200 s; a
-# test alone takes seconds to a minute, and the tests of a spec run side by side (one GPU, many
+# test alone takes seconds to a few minutes (H200: 4 s to over 134 s), and the tests of a spec run side by side (one GPU, many
 # host cores: the tool's time is mostly on the host). The tests come from `busted --list -t gpu`
 # (run without the tool); each runs as `busted --filter '^<its exact name>$'` (the name with the
 # pattern characters escaped). LuaJIT runs with its JIT compiler off (-joff): under
@@ -62,7 +62,7 @@ list_tests() {
 
 # A Lua pattern matching exactly the string $1.
 exact_pattern() {
-  printf '^%s$' "$(printf '%s' "$1" | sed -E 's/([][^$().%*+?-])/%\1/g')"
+  printf '^%s$' "$(printf '%s' "$1" | sed -E "s/([][^\$().%*+?-])/%\1/g")"
 }
 
 # One test under one tool: writes its log and one result line "status seconds name" to $3.res.
