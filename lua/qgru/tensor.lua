@@ -126,13 +126,20 @@ function Tensor:sameShape(shape)
 end
 
 -- A typed pointer to the data of a CPU tensor (for Lua loops; 0-based indexing).
--- Tensor.keepAlive(...): a use of the given values, nothing else. A tensor read or written through
+-- Tensor.keepAlive(...): a use of the given tensors, nothing else. A tensor read or written through
 -- a raw pointer (:ptr()) must stay alive until the last access: the pointer does not keep it, and
 -- LuaJIT may collect a local after its last use (the JIT drops dead slots) or once a tail call has
 -- replaced the frame that held it (`return build(1)` did: totable of a temporary host copy read
 -- its last elements from freed memory, glibc's free-chunk size there). Call it after the last
--- access through the pointer.
-function Tensor.keepAlive(...) return select("#", ...) end
+-- access through the pointer. The use is a store into a module table (the JIT cannot drop it as
+-- it could drop a pure function of the arguments, and the trace must keep the handle until then).
+local keep_sink = { n = 0 }
+function Tensor.keepAlive(...)
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) == "table" and v.t ~= nil then keep_sink.n = v.t.ndim end
+  end
+end
 
 function Tensor:ptr()
   local t = live(self)
