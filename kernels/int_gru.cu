@@ -1487,7 +1487,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int small = 0;
   const int force_small = ctx->persist_cluster > 0 && ctx->persist_storage == 2;
   if (path != QG_PATH_FALLBACK && TN > 0 && a32 && rpl.n == 1 && hpl.n == 1 && (ctx->persist_cluster == 0 || (force_small && ctx->persist_cluster == 1)))
-    QG_CHECK(isk_choose(ctx, fn, N, H, force_small ? ctx->persist_rows : 0, force_small ? ctx->persist_splits : 0, lut_bytes, &sp, &small));
+    QG_CHECK(isk_choose(ctx, fn, T, N, H, y->dims[2], force_small ? ctx->persist_rows : 0, force_small ? ctx->persist_splits : 0, lut_bytes, &sp, &small));
   if (path != QG_PATH_FALLBACK && TN > 0) {
     char why[160];
     why[0] = 0;

@@ -22,9 +22,11 @@
  * A unit outside the 32-bit bounds (its bias terms) makes its CTA run the general loop (the same
  * products, then qg_cell_forward on the same accumulators, as the persistent kernel) and raises
  * the layer's c32_flag; padded steps, lengths, reverse and h0 as in int_gru.cu's header.
- * Instances: NB in {1, 2, 4, 8} x KW in {2, 4, 8} (H <= 4 S KW, S H <= ISK_MAX_THREADS); the
- * shape comes from isk_choose (a model: the fewest rows per CTA whose CTAs fit the GPU in one
- * wave, then the most lanes per unit that keep the CTA within ISK_MAX_THREADS with KW >= 2).
+ * Instances: NB rows x KW words in isk_kernel_of (H <= 4 S KW, S H <= ISK_MAX_THREADS = 256, so
+ * H <= 128: up to 64 with 4 S KW registers of R for one row). The shape (isk_choose, a model
+ * fitted on an H200 over forced shapes, bench/cuda_int_gru.md): the fewest rows per CTA with at
+ * most two CTAs per multiprocessor (NB = 1 up to 264 rows), then the fewest lanes per unit; the
+ * whole grid must be resident at once (else the cluster kernel runs).
  * Built with --fmad=false as int_gru.cu (CMakeLists.txt).
  */
 #include "int_gru_common.cuh"
@@ -198,125 +200,138 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
   for (int k = 0; k < 3; k++) c32.lut[k] = q.lut[k];
   const double yscale = ldexp(1.0, -QH.e);
 
-  /* the W x prefetch ring: this thread's slot (b H + mu) of each of ISK_RING steps */
-  const int64_t NBH = (int64_t)NB * H, slot = (int64_t)b * H + mu;
-  auto issue = [&](int64_t s) {
-    if (active && s < Ln) {
-      const int32_t *w = p.qwx + ((p.reverse ? Ln - 1 - s : s) * N + n) * 3 * H + i;
-      int32_t *d = ring + ((s % ISK_RING) * NBH + slot) * 3;
-      isk_cp_async4(d, w); isk_cp_async4(d + 1, w + H); isk_cp_async4(d + 2, w + 2 * H);
+  /* the W x prefetch ring: this thread's slot (b H + mu) of each of ISK_RING steps. Offsets in
+   * the loop are 32-bit (isk_choose checks that T N max(3H, 12 H, Hy) < 2^31). */
+  const int Hi = (int)H, Ni = (int)N, Ti = (int)T, Li = (int)Ln, NBH = NB * Hi, slot = b * Hi + mu;
+  const int wx_row = Ni * 3 * Hi, y_row = Ni * (int)p.Hy, h_row = Ni * Hi;
+  const int32_t *wxb = p.qwx + (active ? (int)n * 3 * Hi + mu : 0);
+  float *yb = p.y + (active ? (int)n * (int)p.Hy + p.y_offset + mu : 0);
+  const int hoff = active ? (int)n * Hi + mu : 0;
+  auto issue = [&](int s) {
+    if (active && s < Li) {
+      const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
+      int32_t *d = ring + ((s & (ISK_RING - 1)) * NBH + slot) * 3;
+      isk_cp_async4(d, w); isk_cp_async4(d + 1, w + Hi); isk_cp_async4(d + 2, w + 2 * Hi);
     }
     isk_cp_async_commit();
   };
   for (int s = 0; s < ISK_RING - 1; s++) issue(s);
 
-  {
-    for (int64_t s = 0; s < T; s++) {
-      const int8_t *hc = hb + (s & 1) * NB * Hp;
-      /* 1. this lane's dot products (and row sums) over its words */
-      int32_t acc[NB][4];
+  for (int s = 0; s < Ti; s++) {
+    const int8_t *hc = hb + (s & 1) * NB * Hp;
+    /* 1. this lane's dot products (and row sums) over its words */
+    int32_t acc[NB][4];
 #pragma unroll
-      for (int r = 0; r < NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
+    for (int r = 0; r < NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
+#pragma unroll
+    for (int r = 0; r < NB; r++) {
+      const int8_t *hr = hc + r * Hp + ms * KW * 4;
+      int hw[KW];
+      if (KW >= 4) {
+#pragma unroll
+        for (int w = 0; w < KW; w += 4) {
+          const int4 v = *(const int4 *)(hr + 4 * w);
+          hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
+        }
+      } else {
+        const int2 v = *(const int2 *)hr;
+        hw[0] = v.x; hw[KW - 1] = v.y;
+      }
+#pragma unroll
+      for (int w = 0; w < KW; w++) {
+#pragma unroll
+        for (int g = 0; g < 3; g++) acc[r][g] = __dp4a((int)Rr[g][w], hw[w], acc[r][g]);
+        if (p.need_sh) acc[r][3] = __dp4a(hw[w], 0x01010101, acc[r][3]);
+      }
+    }
+    /* 2. the full sums in every lane of the unit */
+    for (int o = S >> 1; o > 0; o >>= 1) {
 #pragma unroll
       for (int r = 0; r < NB; r++) {
-        const int8_t *hr = hc + r * Hp + ms * KW * 4;
-        int hw[KW];
-        if (KW >= 4) {
 #pragma unroll
-          for (int w = 0; w < KW; w += 4) {
-            const int4 v = *(const int4 *)(hr + 4 * w);
-            hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
-          }
-        } else {
-          const int2 v = *(const int2 *)hr;
-          hw[0] = v.x; hw[KW - 1] = v.y;
-        }
-#pragma unroll
-        for (int w = 0; w < KW; w++) {
-#pragma unroll
-          for (int g = 0; g < 3; g++) acc[r][g] = __dp4a((int)Rr[g][w], hw[w], acc[r][g]);
-          if (p.need_sh) acc[r][3] = __dp4a(hw[w], 0x01010101, acc[r][3]);
-        }
+        for (int g = 0; g < 3; g++) acc[r][g] += __shfl_xor_sync(0xffffffffu, acc[r][g], o);
+        if (p.need_sh) acc[r][3] += __shfl_xor_sync(0xffffffffu, acc[r][3], o);
       }
-      /* 2. the full sums in every lane of the unit */
-      for (int o = S >> 1; o > 0; o >>= 1) {
-#pragma unroll
-        for (int r = 0; r < NB; r++) {
-#pragma unroll
-          for (int g = 0; g < 3; g++) acc[r][g] += __shfl_xor_sync(0xffffffffu, acc[r][g], o);
-          if (p.need_sh) acc[r][3] += __shfl_xor_sync(0xffffffffu, acc[r][3], o);
-        }
-      }
-      /* 3. row b's cell */
-      if (active) {
-        int32_t d[4] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
-#pragma unroll
-        for (int r = 1; r < NB; r++)
-          if (b == r) { d[0] = acc[r][0]; d[1] = acc[r][1]; d[2] = acc[r][2]; d[3] = acc[r][3]; }
-        isk_cp_async_wait();
-        int64_t hnew = hprev;
-        if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
-          if (p.cell_out) {   /* narrow: three aligned words */
-            uint32_t *z = (uint32_t *)(p.cell_out + ((s * N + n) * H + i) * 12);
-            z[0] = 0; z[1] = 0; z[2] = 0;
-          }
-          p.y[(s * N + n) * p.Hy + p.y_offset + i] = 0.0f;
-        } else {
-          const int64_t t = p.reverse ? Ln - 1 - s : s;
-          const int32_t *w = ring + ((s % ISK_RING) * NBH + slot) * 3;
-          const int32_t wx0 = w[0], wx1 = w[1], wx2 = w[2];
-          const uint32_t sh = p.need_sh ? (uint32_t)d[3] : 0u;
-          int32_t a[3];
-#pragma unroll
-          for (int k = 0; k < 3; k++) a[k] = (int32_t)((uint32_t)d[k] + rconst[k] + roff[k] * sh);
-          {
-            qg_cell32_out o;
-            qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], (int32_t)hprev, &o);
-            hnew = o.h;
-            p.y[(t * N + n) * p.Hy + p.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
-            if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
-              uint32_t cw[3];
-              qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, cw);
-              uint32_t *dst = (uint32_t *)(p.cell_out + ((s * N + n) * H + i) * 12);
-              dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
-            }
-          }
-        }
-        issue(s + ISK_RING - 1);
-        if (p.hq) p.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
-        else if (s == T - 1) isk_h_at(p, T)[n * H + i] = (int32_t)hnew;
-        if (s == T - 1 && p.hn) p.hn[n * H + i] = (float)qg_deq(hnew, QH);
-        hb[((s + 1) & 1) * NB * Hp + b * Hp + mu] = (int8_t)(hnew - p.baseH);
-        hprev = hnew;
-      }
-      /* 4. the new plane visible to every lane; the old buffer free */
-      __syncthreads();
     }
+    /* 3. row b's cell */
+    if (active) {
+      int32_t d[4] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
+#pragma unroll
+      for (int r = 1; r < NB; r++)
+        if (b == r) { d[0] = acc[r][0]; d[1] = acc[r][1]; d[2] = acc[r][2]; d[3] = acc[r][3]; }
+      isk_cp_async_wait();
+      int32_t hnew = (int32_t)hprev;
+      const int cell = s * h_row + hoff;   /* (s N + n) H + i */
+      if (s >= Li) {   /* padded step (t = s): the state stays, y = 0 */
+        if (p.cell_out) {   /* narrow: three aligned words */
+          uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+          z[0] = 0; z[1] = 0; z[2] = 0;
+        }
+        yb[s * y_row] = 0.0f;
+      } else {
+        const int t = p.reverse ? Li - 1 - s : s;
+        const int32_t *w = ring + ((s & (ISK_RING - 1)) * NBH + slot) * 3;
+        const int32_t wx0 = w[0], wx1 = w[1], wx2 = w[2];
+        const uint32_t sh = p.need_sh ? (uint32_t)d[3] : 0u;
+        int32_t a[3];
+#pragma unroll
+        for (int k = 0; k < 3; k++) a[k] = (int32_t)((uint32_t)d[k] + rconst[k] + roff[k] * sh);
+        qg_cell32_out o;
+        qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], hnew, &o);
+        hnew = o.h;
+        yb[t * y_row] = (float)((double)(o.h - QH.z) * yscale);
+        if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
+          uint32_t cw[3];
+          qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, cw);
+          uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+          dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
+        }
+      }
+      hb[((s + 1) & 1) * NB * Hp + b * Hp + mu] = (int8_t)(hnew - (int32_t)p.baseH);
+      issue(s + ISK_RING - 1);
+      if (p.hq) p.hq[cell + h_row] = hnew;
+      else if (s == Ti - 1) isk_h_at(p, T)[hoff] = hnew;
+      if (s == Ti - 1 && p.hn) p.hn[hoff] = (float)qg_deq(hnew, QH);
+      hprev = hnew;
+    }
+    /* 4. the new plane visible to every lane; the old buffer free */
+    __syncthreads();
   }
 }
 
 typedef void (*isk_kernel)(isk_params);
 
+/* The instances: KW up to 16 with 1 or 2 rows, 4 with 4 rows (S >= 4, S H <= 256: H <= 64), 2
+ * with 8 (H <= 32); NULL for the others. */
 static isk_kernel isk_kernel_of(int NB, int KW) {
-#define QG_ISK(nb)                                                                                                   \
-  if (NB == nb) return KW == 2 ? int_gru_small_kernel<nb, 2> : KW == 4 ? int_gru_small_kernel<nb, 4> : int_gru_small_kernel<nb, 8>;
-  QG_ISK(1) QG_ISK(2) QG_ISK(4) QG_ISK(8)
-#undef QG_ISK
-  return NULL;
+  switch (NB * 100 + KW) {
+    case 102: return int_gru_small_kernel<1, 2>;
+    case 104: return int_gru_small_kernel<1, 4>;
+    case 108: return int_gru_small_kernel<1, 8>;
+    case 116: return int_gru_small_kernel<1, 16>;
+    case 202: return int_gru_small_kernel<2, 2>;
+    case 204: return int_gru_small_kernel<2, 4>;
+    case 208: return int_gru_small_kernel<2, 8>;
+    case 216: return int_gru_small_kernel<2, 16>;
+    case 402: return int_gru_small_kernel<4, 2>;
+    case 404: return int_gru_small_kernel<4, 4>;
+    case 802: return int_gru_small_kernel<8, 2>;
+    default: return NULL;
+  }
 }
 
-/* Lanes per unit and words per lane for NB rows (0 when none fits): S >= NB, KW the fewest words
- * (at least 2, a power of two) that cover H; among those, the most lanes (shorter product
- * chains) within ISK_MAX_THREADS, but no more than H needs (4 (S / 2) 2 < H, unless S = NB);
- * forced_S > 0 takes that S. */
+/* Lanes per unit and words per lane for NB rows (0 when none fits): the fewest lanes S >= NB
+ * (forced_S > 0: that S) whose KW (the fewest words, a power of two >= 2, with 4 S KW >= H) is
+ * at most ISK_MAX_KW, within ISK_MAX_THREADS threads, with an instance. Fewer lanes measured
+ * faster (bench/cuda_int_gru.md: the lanes' shuffles and the idle lanes of the cells cost more
+ * than the longer product chains). */
 static int isk_lanes(int64_t H, int NB, int forced_S, int *S_out, int *KW_out) {
-  for (int S = 32; S >= 1; S >>= 1) {
+  for (int S = 1; S <= 32; S *= 2) {
     if (S < NB || (forced_S > 0 && S != forced_S)) continue;
     if (round_up((int64_t)S * H, 32) > ISK_MAX_THREADS) continue;
-    if (forced_S == 0 && S > NB && 4LL * (S / 2) * 2 >= H) continue;   /* half the lanes hold H already */
     int KW = 2;
     while (KW <= ISK_MAX_KW && 4LL * S * KW < H) KW *= 2;
-    if (KW > ISK_MAX_KW) continue;
+    if (KW > ISK_MAX_KW || !isk_kernel_of(NB, KW)) continue;
     *S_out = S;
     *KW_out = KW;
     return 1;
@@ -324,7 +339,7 @@ static int isk_lanes(int64_t H, int NB, int forced_S, int *S_out, int *KW_out) {
   return 0;
 }
 
-qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, int forced_rows, int forced_splits, int64_t lut_bytes,
+qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int64_t lut_bytes,
                      isk_plan *out, int *found) {
   *found = 0;
   int dev, sms, smem_max;
@@ -332,12 +347,14 @@ qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, int forc
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (N < 1 || H < 1 || H > ISK_MAX_THREADS) return QG_OK;
+  const int64_t wide_row = 12 * H > Hy ? 12 * H : Hy;   /* the kernel's offsets are 32-bit */
+  if (T * N * wide_row >= ((int64_t)1 << 31)) return QG_OK;
   const int nbs[4] = {1, 2, 4, 8};
   for (int a = 0; a < 4; a++) {
     const int NB = nbs[a];
     if (forced_rows > 0 && NB != forced_rows) continue;
-    /* unforced: the fewest rows per CTA whose CTAs fit the GPU at once (else 8) */
-    if (forced_rows == 0 && NB < 8 && (N + NB - 1) / NB > sms) continue;
+    /* unforced: the fewest rows per CTA with at most two CTAs per multiprocessor (else 8) */
+    if (forced_rows == 0 && NB < 8 && (N + NB - 1) / NB > 2LL * sms) continue;
     isk_plan c;
     memset(&c, 0, sizeof c);
     c.NB = NB;

@@ -12,7 +12,7 @@
 
 /* Limits of the small kernel: at most ISK_MAX_THREADS threads (S lanes per unit, every unit of the
  * layer in one CTA), at most ISK_MAX_KW words of R per lane and gate (registers). */
-enum { ISK_MAX_THREADS = 512, ISK_MAX_KW = 8, ISK_RING = 4 };
+enum { ISK_MAX_THREADS = 256, ISK_MAX_KW = 16, ISK_RING = 4 };
 
 /* A launch shape: NB batch rows per CTA, S lanes per hidden unit (a power of two, S >= NB: lane b
  * of a unit runs row b's cell), KW words (4 int8 each) of each gate row of R per lane, so that
@@ -50,10 +50,10 @@ struct isk_params {
   int lut_smem;
 };
 
-/* The shape for N rows of H units (forced_rows, forced_splits > 0: qg_ctx_set_persist_shape's
+/* The shape for T steps of N rows of H units, y rows of Hy columns (forced_rows, forced_splits > 0: qg_ctx_set_persist_shape's
  * rows and splits); *found = 0 when the kernel cannot hold the layer. lut_bytes: the activation
  * tables (0: not all tables exist). */
-qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, int forced_rows, int forced_splits, int64_t lut_bytes,
+qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int64_t lut_bytes,
                      isk_plan *out, int *found);
 /* Launches the recurrence of plan pl on the context's stream (p: everything but the layout, which
  * is taken from pl). */
