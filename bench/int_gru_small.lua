@@ -6,7 +6,8 @@
 -- after 3 warm-up calls; inference (no saved state) and training (saved state) forwards. Prints
 -- one line per shape and variant, then per shape the best small shape, the best cluster shape and
 -- auto's figures.
---   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_small.lua [reps]
+--   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_small.lua [reps] [shape name] [auto]
+-- (a shape name: that shape only; "auto": the auto variant only, e.g. under ncu)
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
@@ -15,6 +16,7 @@ local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
 local reps = tonumber(arg[1]) or 20
+local only, auto_only = arg[2], arg[3] == "auto"
 local SHAPES = {
   { name = "long-kws", T = 1000, N = 16, C = 40, H = 64 },
   { name = "seed-qat", T = 50, N = 32, C = 64, H = 128 },
@@ -67,6 +69,7 @@ qgru.setKernelPath("persistent")
 print(string.format("integer GRU layer forward on cuda, int8, median of %d (ms, CUDA events)", reps))
 print(string.format("%-16s %-18s %10s %10s", "shape", "variant", "infer", "train"))
 for _, s in ipairs(SHAPES) do
+  if only and s.name ~= only then goto next_shape end
   qgru.seed(1)
   local gru = nn.GRU(s.C, s.H)
   quant.prepare(gru, quant.uniform(8))
@@ -83,6 +86,7 @@ for _, s in ipairs(SHAPES) do
   saved.hq, saved.cell, saved.xq, saved.xmask = sv.hq.t, sv.cell.t, sv.xq.t, sv.xmask.t
   local best = {}
   for _, v in ipairs(variants) do
+    if auto_only and v.shape then goto next_variant end
     if v.shape then check(lib.qg_ctx_set_persist_shape(ctx, v.shape[1], v.shape[2], v.shape[3], v.shape[4]))
     else check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0)) end
     local function fwd(sav)
@@ -95,11 +99,13 @@ for _, s in ipairs(SHAPES) do
       local k = v.small and "small" or v.cluster and "cluster" or "auto"
       if not best[k] or inf < best[k].inf then best[k] = { name = v.name, inf = inf, trn = trn } end
     end
+    ::next_variant::
   end
   check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0))
   for _, k in ipairs({ "auto", "small", "cluster" }) do
     local b = best[k]
     if b then print(string.format("BEST %-16s %-8s %-18s infer %.4f train %.4f", s.name, k, b.name, b.inf, b.trn)) end
   end
+  ::next_shape::
 end
 qgru.setKernelPath("auto")
