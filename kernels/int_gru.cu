@@ -49,6 +49,9 @@
  *        terms leave the 32-bit bounds makes its CTA run the general loop (qg_cell_forward on
  *        the same accumulators; the same barriers, so CTAs of a cluster may differ) and sets a
  *        flag in the layer's memory, which qg_int_gru_cell_path reads on demand.
+ *      - small H (kernels/int_gru_small.cu, taken first where it holds the layer): the 32-bit mode
+ *        with single-plane R and h when all of R fits the registers of one CTA (H <= 128): no
+ *        cluster, one CTA per 1..8 batch rows, R h on __dp4a, one block barrier per step.
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
