@@ -49,6 +49,9 @@
  *        terms leave the 32-bit bounds makes its CTA run the general loop (qg_cell_forward on
  *        the same accumulators; the same barriers, so CTAs of a cluster may differ) and sets a
  *        flag in the layer's memory, which qg_int_gru_cell_path reads on demand.
+ *      - small H (kernels/int_gru_small.cu, taken first where it holds the layer): the 32-bit mode
+ *        with single-plane R and h when all of R fits the registers of one CTA (H <= 128): no
+ *        cluster, one CTA per 1..8 batch rows, R h on __dp4a, one block barrier per step.
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
@@ -79,6 +82,7 @@
  */
 #include "cuda_common.cuh"
 #include "int_gru_common.cuh"
+#include "int_gru_small.cuh"
 #include "stats.cuh"
 #include "../core/int_gru.h"
 
@@ -1483,10 +1487,23 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   memset(&pc, 0, sizeof pc);
   int persistent = 0;
   const pk_kernel pkern = pk_kernel_of(wide, obs, a32);
+  /* the small-H kernel (int_gru_small.cu: all of R in one CTA, no cluster): the 32-bit mode with
+   * single-plane R and h; under auto wherever it holds the layer, forced by a persist shape of
+   * storage 2 (qgru.h), which then runs nothing else */
+  isk_plan sp;
+  memset(&sp, 0, sizeof sp);
+  int small = 0;
+  const int force_small = ctx->persist_cluster > 0 && ctx->persist_storage == 2;
+  if (path != QG_PATH_FALLBACK && TN > 0 && a32 && rpl.n == 1 && hpl.n == 1 && (ctx->persist_cluster == 0 || (force_small && ctx->persist_cluster == 1)))
+    QG_CHECK(isk_choose(ctx, fn, T, N, H, y->dims[2], force_small ? ctx->persist_rows : 0, force_small ? ctx->persist_splits : 0, lut_bytes, &sp, &small));
   if (path != QG_PATH_FALLBACK && TN > 0) {
     char why[160];
     why[0] = 0;
-    if (!rec_exact) snprintf(why, sizeof why, "output.h and weight.R of at most 16 bits (got %d and %d)", hb, rb);
+    if (small) {
+    } else if (force_small) {
+      snprintf(why, sizeof why, "a forced small-H shape (cluster %d, %d rows, %d splits) that holds the layer (H = %lld, the 32-bit mode, "
+               "R and h of at most 8 bits)", ctx->persist_cluster, ctx->persist_rows, ctx->persist_splits, (long long)H);
+    } else if (!rec_exact) snprintf(why, sizeof why, "output.h and weight.R of at most 16 bits (got %d and %d)", hb, rb);
     else if (H >= (1 << 17)) snprintf(why, sizeof why, "H < 131072 (got %lld)", (long long)H);
     else {
       int found;
@@ -1507,7 +1524,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   if (!persistent && !rec_mma) a32 = 0;
   g->cell_path = wide || !rec_exact ? QG_CELL_128 : QG_CELL_64;
   g->cell_path_read = a32 ? cell_path_read : NULL;
-  const int64_t KpR = persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
+  const int64_t KpR = small ? sp.Kp : persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
 
   /* device workspace */
   int64_t total = 0;
@@ -1634,7 +1651,22 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   rc.range = range; rc.counts = counts;
 
   /* 5. the steps */
-  if (TN > 0 && persistent) {
+  if (TN > 0 && small) {
+    isk_params ip;
+    memset(&ip, 0, sizeof ip);
+    ip.cell = *cq; ip.c32 = c32;
+    ip.T = T; ip.N = N; ip.H = H;
+    ip.qwx = qwx; ip.Rp = (const int8_t *)(ws + o_Rp); ip.rconst = (const int64_t *)(ws + o_bcR); ip.roff = (const int64_t *)(ws + o_offR);
+    for (int64_t j = 0; j < H3; j++) ip.need_sh |= planes_off(rpl, g->w_zp_host[QG_W_R][j]) != 0;
+    ip.baseH = hpl.base;
+    ip.bxc = rc.bxc; ip.brc = rc.brc; ip.bxz = rc.bxz; ip.brz = rc.brz; ip.bxe = rc.bxe; ip.bre = rc.bre;
+    ip.eR = rc.eR; ip.eW = g->w_exp[QG_W_W]; ip.eX = QX.e; ip.wide = wide;
+    ip.L = L; ip.reverse = rc.reverse;
+    ip.y = rc.y; ip.Hy = rc.Hy; ip.y_offset = y_offset; ip.hn = rc.hn;
+    ip.cell_out = rc.cell_out; ip.hq = rc.hq; ip.hping = rc.hping; ip.c32_flag = g->c32_flag;
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(g->c32_flag, 0, sizeof(int32_t), st));
+    QG_CHECK(isk_launch(ctx, fn, &sp, &ip));
+  } else if (TN > 0 && persistent) {
     pk_params pp;
     memset(&pp, 0, sizeof pp);
     pp.c = rc;

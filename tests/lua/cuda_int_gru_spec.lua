@@ -491,12 +491,14 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
 
   -- every operator int8: within the 32-bit cell's bounds, so the persistent kernel runs
   -- qg_cell32_forward on its int32 accumulators (qg_int_gru_cell_path says so); odd H, N not a
-  -- multiple of the 8-row tiles, several cluster shapes (H up to 130)
+  -- multiple of the 8-row tiles, several cluster shapes (H up to 130). cluster: where auto takes
+  -- the small-H kernel (int_gru_small.cu), the cluster kernel is also forced (that many CTAs, 8
+  -- rows, R in shared memory: storage 1)
   local C32 = {
-    { seed = 41, T = 6, N = 17, C = 5, H = 7, h0 = true, lengths = true, reverse = true },
-    { seed = 42, T = 5, N = 9, C = 40, H = 64, lengths = true },
+    { seed = 41, T = 6, N = 17, C = 5, H = 7, h0 = true, lengths = true, reverse = true, cluster = 1 },
+    { seed = 42, T = 5, N = 9, C = 40, H = 64, lengths = true, cluster = 2 },
     { seed = 43, T = 4, N = 3, C = 300, H = 130, h0 = true, reverse = true },
-    { seed = 44, T = 7, N = 33, C = 3, H = 1, h0 = true, lengths = true },
+    { seed = 44, T = 7, N = 33, C = 3, H = 1, h0 = true, lengths = true, cluster = 1 },
     { seed = 45, T = 3, N = 17, C = 64, H = 129, h0 = true, lengths = true, reverse = true },
   }
   local function compare(c, lq, w, exp_over, want_path)
@@ -515,6 +517,19 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
         same(oi.hn, ref.hn, path .. " inference hn")
         assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), path .. ": cell path after the inference forward")
       end)
+    end
+    if c.cluster then
+      local gctx = clib.context("cuda")
+      check(gctx, lib.qg_ctx_set_persist_shape(gctx, c.cluster, 1, 0, 1))
+      local ok, err = pcall(with_path, "persistent", function()
+        local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+        local o = forward("cuda", hg, inp, true)
+        for _, k in ipairs({ "hq", "cell", "y", "hn" }) do same(o[k], ref[k], "cluster kernel " .. k) end
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), "cluster kernel: cell path")
+        same(forward("cuda", hg, inp, false).y, ref.y, "cluster kernel inference y")
+      end)
+      check(gctx, lib.qg_ctx_set_persist_shape(gctx, 0, 0, 0, 0))
+      if not ok then error(err, 0) end
     end
     with_path("fallback", function()   -- the per-step kernels keep the general cell
       local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
@@ -591,5 +606,133 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
     local c = { seed = 54, T = 5, N = 70, C = 5, H = 300, h0 = true, lengths = true, reverse = true }
     local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
     compare_step(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+  end)
+end)
+
+describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", function()
+  if not qgru.cudaAvailable() then
+    it("skipped: no CUDA device", function() pending("no CUDA device") end)
+    return
+  end
+
+  -- qref: the CPU against the independent reference too (cases without lengths).
+  -- Forced by a persist shape of storage 2 (qg_ctx_set_persist_shape(ctx, 1, rows, splits, 2)):
+  -- under the persistent path a forced shape the kernel cannot run is an error, so a case that
+  -- passes ran it. rows: batch rows per CTA; splits: lanes per unit (0: chosen). cfg: nil int8
+  -- everywhere (symmetric signed R and h: no zero-point term), else the named quantizers.
+  local function u8rh()   -- asymmetric unsigned R and h: zero-point terms (row sums of h)
+    return uniform_config(8, { ["weight.R"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+                               ["output.h"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8rh")
+  end
+  local function r4h6()   -- 4-bit unsigned asymmetric R, 6-bit signed asymmetric h
+    return uniform_config(8, { ["weight.R"] = { bitwidth = 4, is_symmetric = false, is_unsigned = true },
+                               ["output.h"] = { bitwidth = 6, is_symmetric = false } }, "r4h6")
+  end
+  local SMALL = {
+    { seed = 61, T = 6, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, rows = 1 },
+    { seed = 60, T = 6, N = 3, C = 5, H = 7, h0 = true, reverse = true, rows = 1, qref = true },
+    { seed = 62, T = 5, N = 17, C = 9, H = 64, lengths = true, rows = 1 },
+    { seed = 63, T = 4, N = 17, C = 3, H = 64, h0 = true, reverse = true, rows = 2, splits = 4, cfg = u8rh, cname = "u8rh" },
+    { seed = 64, T = 5, N = 3, C = 7, H = 100, h0 = true, lengths = true, rows = 1, cfg = u8rh, cname = "u8rh" },
+    { seed = 65, T = 4, N = 17, C = 33, H = 128, h0 = true, lengths = true, reverse = true, rows = 2 },
+    { seed = 66, T = 7, N = 1, C = 1, H = 1, h0 = true, rows = 1, qref = true },
+    { seed = 67, T = 6, N = 17, C = 5, H = 7, lengths = true, rows = 8, cfg = r4h6, cname = "r4h6" },
+    { seed = 68, T = 5, N = 3, C = 3, H = 1, lengths = true, reverse = true, rows = 4, cfg = u8rh, cname = "u8rh" },
+    { seed = 69, T = 4, N = 17, C = 5, H = 128, rows = 1, splits = 2, cfg = r4h6, cname = "r4h6" },
+    { seed = 70, T = 5, N = 17, C = 11, H = 64, h0 = true, lengths = true, rows = 4, splits = 4 },
+  }
+  local gpu_ctx = clib.context("cuda")
+  local function forced(c, fn)
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, c.rows, c.splits or 0, 2))
+    local ok, err = pcall(fn)
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+    if not ok then error(err, 0) end
+  end
+  local function compare(c, lq, w, exp_over, want_path)
+    local inp = inputs(c, w)
+    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
+    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
+    same(ref_inf.y, ref.y, "CPU inference y vs training y")
+    if c.qref then   -- the CPU against the independent reference (no lengths there)
+      local A, Wq = ref_quantizers(lq)
+      local F = R.layer(A, Wq, { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }, inp.x:totable(),
+                        inp.h0 and inp.h0:totable() or nil, c.reverse)
+      local hq = ref.hq:totable()
+      for s = 0, c.T do
+        for n = 1, c.N do
+          for i = 1, c.H do
+            if hq[s + 1][n][i] ~= F.hq[s][n][i] then
+              error(string.format("step %d row %d unit %d: CPU code %d, reference %d", s, n, i, hq[s + 1][n][i], F.hq[s][n][i]))
+            end
+          end
+        end
+      end
+    end
+    forced(c, function()
+      with_path("persistent", function()
+        local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+        local o = forward("cuda", hg, inp, true)
+        for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], "small kernel " .. k) end
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), "small kernel: cell path after the training forward")
+        local oi = forward("cuda", hg, inp, false)
+        same(oi.y, ref.y, "small kernel inference y")
+        same(oi.hn, ref.hn, "small kernel inference hn")
+        assert.are.equal(want_path, lib.qg_int_gru_cell_path(hg), "small kernel: cell path after the inference forward")
+      end)
+    end)
+    with_path("auto", function()   -- auto (the small kernel where it holds the layer, else the cluster kernel)
+      local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
+      local o = forward("cuda", hg, inp, true)
+      for _, k in ipairs({ "hq", "cell", "y", "hn" }) do same(o[k], ref[k], "auto " .. k) end
+      same(forward("cuda", hg, inp, false).y, ref.y, "auto inference y")
+    end)
+  end
+
+  for _, c in ipairs(SMALL) do
+    it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s, %d rows per CTA%s%s: every byte equals the CPU's", c.seed, c.T, c.N, c.C, c.H,
+                     c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or "", c.rows,
+                     c.splits and string.format(", %d lanes per unit", c.splits) or "", " (" .. (c.cname or "int8") .. ")"),
+       function()
+      local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      compare(c, lq, w, nil, lib.QG_CELL_32)
+    end)
+  end
+
+  it("a unit's bias outside the 32-bit bounds: its CTA runs the general loop (device flag, cell path 64), same bytes", function()
+    -- weight.bw channel 4 at exponent 31, as in the persistent kernel's test above
+    for _, c in ipairs({ { seed = 71, T = 5, N = 17, C = 5, H = 64, h0 = true, lengths = true, reverse = true, rows = 2 },
+                         { seed = 72, T = 4, N = 3, C = 7, H = 7, lengths = true, rows = 1, cfg = u8rh } }) do
+      local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+    end
+  end)
+
+  it("a forced small-H shape it cannot run (12-bit h: two planes; H = 300; 16 lanes for 2 rows of H = 64) is a clear error "
+     .. "under the persistent path; auto takes the per-step recurrence and matches the CPU", function()
+    local cases = {
+      { c = { seed = 73, T = 4, N = 3, C = 5, H = 7, h0 = true, rows = 1 },
+        cfg = uniform_config(8, { ["output.h"] = { bitwidth = 12, is_symmetric = false } }, "h12") },
+      { c = { seed = 74, T = 3, N = 3, C = 5, H = 300, rows = 1 } },
+      { c = { seed = 75, T = 3, N = 3, C = 5, H = 64, rows = 2, splits = 16 } },
+    }
+    for _, k in ipairs(cases) do
+      local c = k.c
+      local lq, w = calibrated(c.seed, k.cfg or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, true)
+      forced(c, function()
+        with_path("persistent", function()
+          local ok, err = pcall(forward, "cuda", layer_on("cuda", lq, c.C, c.H), inp, true)
+          assert(not ok, "a forced small-H shape that cannot run: no error")
+          local want = string.format("the persistent integer GRU kernel needs a forced small-H shape (cluster 1, %d rows, %d splits) "
+                                     .. "that holds the layer (H = %d, the 32-bit mode, R and h of at most 8 bits)", c.rows, c.splits or 0, c.H)
+          assert(tostring(err):find(want, 1, true), "expected an error containing '" .. want .. "', got: " .. tostring(err))
+        end)
+        with_path("auto", function()
+          local o = forward("cuda", layer_on("cuda", lq, c.C, c.H), inp, true)
+          for _, key in ipairs({ "hq", "cell", "y", "hn" }) do same(o[key], ref[key], "auto " .. key) end
+        end)
+      end)
+    end
   end)
 end)

@@ -1,0 +1,111 @@
+-- bench/int_gru_small.lua: the integer GRU layer's forward (one layer and direction, int8 every
+-- operator, quantizers calibrated on the CPU, no lengths, no h0) with the recurrence forced to
+-- each shape of the small-H kernel (kernels/int_gru_small.cu: qg_ctx_set_persist_shape(1, rows,
+-- splits, 2)) and of the cluster kernel (cluster, 1, 0, 1: tiles of 8 rows), and under auto.
+-- Each figure: the median of `reps` calls timed by CUDA events around the call (qgru.deviceTime),
+-- after 3 warm-up calls; inference (no saved state) and training (saved state) forwards. Prints
+-- one line per shape and variant, then per shape the best small shape, the best cluster shape and
+-- auto's figures.
+--   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_small.lua [reps] [shape name] [auto]
+-- (a shape name: that shape only; "auto": the auto variant only, e.g. under ncu)
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+local qgru = require("qgru")
+local clib = require("qgru.clib")
+local nn, quant = qgru.nn, qgru.quant
+local Tensor = qgru.Tensor
+local ffi, lib = clib.ffi, clib.lib
+
+local reps = tonumber(arg[1]) or 20
+local only, auto_only = arg[2], arg[3] == "auto"
+local SHAPES = {
+  { name = "long-kws", T = 1000, N = 16, C = 40, H = 64 },
+  { name = "seed-qat", T = 50, N = 32, C = 64, H = 128 },
+  { name = "T200 N1 H64", T = 200, N = 1, C = 40, H = 64 },
+  { name = "T200 N128 H64", T = 200, N = 128, C = 40, H = 64 },
+  { name = "T200 N512 H64", T = 200, N = 512, C = 40, H = 64 },
+  { name = "T100 N64 H100", T = 100, N = 64, C = 63, H = 100 },
+  { name = "T200 N16 H16", T = 200, N = 16, C = 40, H = 16 },
+}
+local ctx = clib.context("cuda")
+local function check(st) clib.check(ctx, st, 2) end
+
+local function layer_on(lq, C, H)
+  local out = ffi.new("qg_int_gru*[1]")
+  check(lib.qg_int_gru_create(ctx, out, C, H))
+  local h = ffi.gc(out[0], lib.qg_int_gru_free)
+  for _, q in pairs(lq:quantizers()) do
+    if q.per_channel then
+      check(lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
+    else
+      check(lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
+    end
+  end
+  return h
+end
+
+local function median(t)
+  table.sort(t)
+  return t[math.floor((#t + 1) / 2)]
+end
+
+local function time(f)
+  for _ = 1, 3 do f() end
+  local ts = {}
+  for r = 1, reps do ts[r] = qgru.deviceTime(f, "cuda") end
+  return median(ts)
+end
+
+local variants = { { name = "auto" } }
+for _, rows in ipairs({ 1, 2, 4, 8 }) do
+  for _, splits in ipairs({ 0, 1, 2, 4, 8, 16, 32 }) do
+    variants[#variants + 1] = { name = string.format("small r%d s%d", rows, splits), shape = { 1, rows, splits, 2 }, small = true }
+  end
+end
+for _, cs in ipairs({ 1, 2, 4, 8, 16 }) do
+  variants[#variants + 1] = { name = string.format("cluster c%d r8", cs), shape = { cs, 1, 0, 1 }, cluster = true }
+end
+
+qgru.setKernelPath("persistent")
+print(string.format("integer GRU layer forward on cuda, int8, median of %d (ms, CUDA events)", reps))
+print(string.format("%-16s %-18s %10s %10s", "shape", "variant", "infer", "train"))
+for _, s in ipairs(SHAPES) do
+  if only and s.name ~= only then goto next_shape end
+  qgru.seed(1)
+  local gru = nn.GRU(s.C, s.H)
+  quant.prepare(gru, quant.uniform(8))
+  quant.calibrate(gru, { qgru.zeros({ 10, 8, s.C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
+  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
+  local x = qgru.zeros({ s.T, s.N, s.C }):uniform(-1, 1):to("cuda")
+  local W, R, bx, br = w.W:to("cuda"), w.R:to("cuda"), w.bx:to("cuda"), w.br:to("cuda")
+  local y = Tensor.new({ s.T, s.N, s.H }, "f32", "cuda")
+  local hn = Tensor.new({ s.N, s.H }, "f32", "cuda")
+  local h = layer_on(lq, s.C, s.H)
+  local sv = { hq = Tensor.new({ s.T + 1, s.N, s.H }, "i32", "cuda"), cell = Tensor.new({ s.T, s.N, s.H, lib.qg_int_gru_cell_bytes(h) }, "u8", "cuda"),
+               xq = Tensor.new({ s.T, s.N, s.C }, "i32", "cuda"), xmask = Tensor.new({ s.T, s.N, s.C }, "u8", "cuda") }
+  local saved = ffi.new("qg_int_gru_saved")
+  saved.hq, saved.cell, saved.xq, saved.xmask = sv.hq.t, sv.cell.t, sv.xq.t, sv.xmask.t
+  local best = {}
+  for _, v in ipairs(variants) do
+    if auto_only and v.shape then goto next_variant end
+    if v.shape then check(lib.qg_ctx_set_persist_shape(ctx, v.shape[1], v.shape[2], v.shape[3], v.shape[4]))
+    else check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0)) end
+    local function fwd(sav)
+      return lib.qg_int_gru_forward(ctx, h, y.t, 0, hn.t, sav, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0)
+    end
+    if fwd(nil) == lib.QG_OK then   -- a shape that cannot run is skipped
+      local inf = time(function() check(fwd(nil)) end)
+      local trn = time(function() check(fwd(saved)) end)
+      print(string.format("%-16s %-18s %10.4f %10.4f", s.name, v.name, inf, trn))
+      local k = v.small and "small" or v.cluster and "cluster" or "auto"
+      if not best[k] or inf < best[k].inf then best[k] = { name = v.name, inf = inf, trn = trn } end
+    end
+    ::next_variant::
+  end
+  check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0))
+  for _, k in ipairs({ "auto", "small", "cluster" }) do
+    local b = best[k]
+    if b then print(string.format("BEST %-16s %-8s %-18s infer %.4f train %.4f", s.name, k, b.name, b.inf, b.trn)) end
+  end
+  ::next_shape::
+end
+qgru.setKernelPath("auto")
