@@ -32,7 +32,7 @@
  * below 2^14 Kp, then taken mod 2^32 as the 32-bit mode bounds them below 2^29).
  */
 
-enum { TG_KQ = 4, TG_WARPS_K = 4 };
+enum { TG_KQ = 4, TG_WARPS_K = 4, TG_ILP = 1 };   /* TG_ILP: cells computed together before their stores */
 
 struct tg_params {
   ts_params t;
@@ -95,11 +95,11 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     roff[k] = unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
   }
   int32_t php[RPT], pwx[RPT][3];
-  int64_t Ln[RPT];
+  int32_t Ln[RPT];   /* valid steps of the rows (T < 2^31) */
 #pragma unroll
   for (int q = 0; q < RPT; q++) {
     const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
-    Ln[q] = n < N ? length_at(c.L, n, T) : 0;
+    Ln[q] = n < N ? (int32_t)length_at(c.L, n, T) : 0;
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
   /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait */
@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     }
   };
   load_wx(0);
+  const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
   qg_cell32 c32 = p.c32;
   c32.P = Ps;
   c32.H = TS_U;
@@ -213,21 +214,20 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
       __syncthreads();
     }
-    /* the cells */
+    /* the cells. 32-bit units: every row's cell first (loads only, so the unit's rows of Ps and
+     * the tables are read once for the four rows and the four chains overlap), then the stores */
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
     int32_t *hsave = c.hq ? c.hq + (s + 1) * N * H : NULL;
+    if (use32) {
 #pragma unroll
-    for (int q = 0; q < RPT; q++) {
-      const int r = rb + q * (TS_THREADS / TS_U);
-      const int64_t n = n0 + r;
-      if (!unit_ok || n >= N) continue;
-      const int32_t hp = php[q];
-      int32_t hnew = hp;
-      if (s >= Ln[q]) {   /* padded step (t = s): the state stays, y = 0 */
-        zero_cell(c, s, n, i);
-        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-      } else {
-        const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
+     for (int q0 = 0; q0 < RPT; q0 += TG_ILP) {
+      qg_cell32_out o[TG_ILP];
+#pragma unroll
+      for (int qi = 0; qi < TG_ILP; qi++) {
+        const int q = q0 + qi;
+        const int r = rb + q * (TS_THREADS / TS_U);
+        o[qi].h = php[q];
+        if (!unit_ok || n0 + r >= N || s >= Ln[q]) continue;
         uint32_t sh = 0;
 #pragma unroll
         for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
@@ -236,26 +236,55 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         for (int k = 0; k < 3; k++)
           a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst[k] +
                  roff[k] * sh;
-        if (use32) {
-          qg_cell32_out o;
-          qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], hp, &o);
-          hnew = o.h;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * ldexp(1.0, -QH.e));
+        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[qi]);
+      }
+#pragma unroll
+      for (int qi = 0; qi < TG_ILP; qi++) {
+        const int q = q0 + qi;
+        const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
+        if (!unit_ok || n >= N) continue;
+        if (s >= Ln[q]) {   /* padded step (t = s): the state stays, y = 0 */
+          zero_cell(c, s, n, i);
+          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+        } else {
+          const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[qi].h - QH.z) * ysc);
           if (c.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
             uint32_t wd[3];
-            qg_cell_narrow_words(&c.cell, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, wd);
+            qg_cell_narrow_words(&c.cell, o[qi].zpre, o[qi].rpre, o[qi].gpre, o[qi].rhb, o[qi].mask, wd);
             uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
             d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
           }
-        } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
+        }
+        php[q] = o[qi].h;
+      }
+     }
+    } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
+#pragma unroll
+      for (int q = 0; q < RPT; q++) {
+        const int r = rb + q * (TS_THREADS / TS_U);
+        const int64_t n = n0 + r;
+        if (!unit_ok || n >= N) continue;
+        const int32_t hp = php[q];
+        int32_t hnew = hp;
+        if (s >= Ln[q]) {
+          zero_cell(c, s, n, i);
+          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+        } else {
+          const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
+          uint32_t sh = 0;
+#pragma unroll
+          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
           const qg_qp QRH = c.cell.a[QG_Q_MATMUL_RH];
           qg_cell_in in;
           fill_bias(c, i, &in);
           in.mask = 0;
 #pragma unroll
           for (int k = 0; k < 3; k++) {
+            const uint32_t a = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] +
+                               rconst[k] + roff[k] * sh;
             int m;
-            in.rh[k] = qg_requant64((int64_t)(int32_t)a[k], c.eR[k * H + i] + QH.e, QRH, &m);
+            in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
             in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
           }
 #pragma unroll
@@ -267,12 +296,17 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           in.hprev = hp;
           hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
         }
+        php[q] = hnew;
       }
-      php[q] = hnew;
-      if (hsave) hsave[n * H + i] = hnew;
-      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+    }
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
+      const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
+      if (!unit_ok || n >= N) continue;
+      if (hsave) hsave[n * H + i] = php[q];
+      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(php[q], QH);
       int8_t p0, p1;
-      split_planes(hnew, p.baseH, 1, &p0, &p1);
+      split_planes(php[q], p.baseH, 1, &p0, &p1);
       p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
     }
     if (s + 1 < T) {
