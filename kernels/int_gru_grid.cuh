@@ -32,6 +32,12 @@
  * below 2^14 Kp, then taken mod 2^32 as the 32-bit mode bounds them below 2^29).
  */
 
+/* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 1 leaves
+ * out the wait for the batch group, 2 the products, 3 the cells. */
+#ifndef TG_SKIP
+#define TG_SKIP 0
+#endif
+
 enum { TG_KQ = 4, TG_WARPS_K = 4, TG_ILP = 1 };   /* TG_ILP: cells computed together before their stores */
 
 struct tg_params {
@@ -124,7 +130,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   for (int64_t s = 0; s < T; s++) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
     /* 1. every block of this batch group has written step s's h plane */
-    if (s > 0 && tid == 0) {
+    if (TG_SKIP != 1 && s > 0 && tid == 0) {
       const int32_t want = (int32_t)(s * gridDim.x);
       const int32_t *b = gp.bar + blockIdx.y;
       while (ld_acquire_gpu(b) < want) {
@@ -160,7 +166,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       else cp_async_wait<0>();
       __syncthreads();   /* group q landed for every thread (s = 0: R as well) */
       const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
-      for (int ks = k0 + kg; ks < k1; ks += TG_WARPS_K) {
+      for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) {
         const int kk = ks * 32 + 4 * tq;
         uint32_t af[3][4], bf[4][2];
 #pragma unroll
@@ -218,7 +224,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
      * the tables are read once for the four rows and the four chains overlap), then the stores */
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
     int32_t *hsave = c.hq ? c.hq + (s + 1) * N * H : NULL;
-    if (use32) {
+    if (TG_SKIP == 3) {
+    } else if (use32) {
 #pragma unroll
      for (int q0 = 0; q0 < RPT; q0 += TG_ILP) {
       qg_cell32_out o[TG_ILP];
