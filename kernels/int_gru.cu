@@ -22,7 +22,7 @@
  *        exact for <= 16-bit operands (sums < 2^53); wider operands are simulated in double, as
  *        on the CPU (identical only while the double sums are exact).
  *   3. h0 -> output.h codes (observed when given), in the same launch as step 1.
- *   4. the recurrence, one of two paths (ctx->kernel_path; AUTO picks the persistent one where
+ *   4. the recurrence, one of three paths (ctx->kernel_path; AUTO picks the persistent one where
  *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED; a
  *      forced FALLBACK always takes the per-step one):
  *      - persistent: one launch for all T steps. A thread-block cluster of CS CTAs owns NB batch
@@ -49,6 +49,12 @@
  *        terms leave the 32-bit bounds makes its CTA run the general loop (qg_cell_forward on
  *        the same accumulators; the same barriers, so CTAs of a cluster may differ) and sets a
  *        flag in the layer's memory, which qg_int_gru_cell_path reads on demand.
+ *      - GPU-wide persistent (tc_grid_kernel, kernels/int_gru_grid.cuh): where the cluster
+ *        kernel cannot hold R, in the 32-bit mode with one int8 plane of R and of h, no forced
+ *        cluster shape, and every block of the tensor-core step's grid resident at once: one
+ *        cooperative launch for all steps, the step kernel's tiles with R's rows held in shared
+ *        memory, an arrival counter per batch group between steps (also what a forced
+ *        PERSISTENT path takes there).
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
