@@ -22,7 +22,7 @@
  *        exact for <= 16-bit operands (sums < 2^53); wider operands are simulated in double, as
  *        on the CPU (identical only while the double sums are exact).
  *   3. h0 -> output.h codes (observed when given), in the same launch as step 1.
- *   4. the recurrence, one of two paths (ctx->kernel_path; AUTO picks the persistent one where
+ *   4. the recurrence, one of three paths (ctx->kernel_path; AUTO picks the persistent one where
  *      the shape fits, a forced PERSISTENT on a shape it cannot hold is QG_ERR_UNSUPPORTED; a
  *      forced FALLBACK always takes the per-step one):
  *      - persistent: one launch for all T steps. A thread-block cluster of CS CTAs owns NB batch
@@ -52,6 +52,12 @@
  *      - small H (kernels/int_gru_small.cu, taken first where it holds the layer): the 32-bit mode
  *        with single-plane R and h when all of R fits the registers of one CTA (H <= 128): no
  *        cluster, one CTA per 1..8 batch rows, R h on __dp4a, one block barrier per step.
+ *      - GPU-wide persistent (tc_grid_kernel, kernels/int_gru_grid.cuh): where the cluster
+ *        kernel cannot hold R, in the 32-bit mode with one int8 plane of R and of h, no forced
+ *        cluster shape, and every block of the tensor-core step's grid resident at once: one
+ *        cooperative launch for all steps, the step kernel's tiles with R's rows held in shared
+ *        memory, an arrival counter per batch group between steps (also what a forced
+ *        PERSISTENT path takes there).
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step
  *        are double-buffered in global memory. A block takes 32 units (their 96 rows of R, all
@@ -866,6 +872,9 @@ __global__ void h0_planes_kernel(const int32_t *hq, int64_t N, int64_t H, int64_
   if (np == 2) Hp[(Np + n) * Kp + i] = p1;
 }
 
+/* the GPU-wide persistent recurrence (tc_grid_kernel): kernels/int_gru_grid.cuh */
+#include "int_gru_grid.cuh"
+
 /* ---- operands above 16 bits: one kernel per step in double ----
  * Block: FB_UNITS units x FB_NB rows, one thread per (unit, row): R h with the transposed centered
  * R in double (as the CPU's simulated GEMM: identical while the double sums are exact; the rows of
@@ -1434,6 +1443,34 @@ static ts_kernel ts_kernel_of(int wide, int obs, int single, int a32) {
   return single ? tc_step_kernel<0, 0, 1, 0> : tc_step_kernel<0, 0, 0, 0>;
 }
 
+typedef void (*tg_kernel)(tg_params);
+
+static tg_kernel tg_kernel_of(int wide) { return wide ? tc_grid_kernel<1> : tc_grid_kernel<0>; }
+
+/* Whether the GPU-wide persistent recurrence (int_gru_grid.cuh) runs this forward: the 32-bit
+ * mode, one int8 plane of R and of h, no forced persistent shape, the block's shared memory
+ * within the device's limit, every block of the grid resident at once, cooperative launch. */
+static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int a32, int PR, int PH, int64_t N, int64_t H, int *ok) {
+  *ok = 0;
+  if (!a32 || PR != 1 || PH != 1 || ctx->persist_cluster > 0 || N <= 0 || H <= 0 || H >= (1 << 17)) return QG_OK;
+  int dev, sms, smem_max, coop, nb = 0;
+  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (!coop) return QG_OK;
+  const tg_kernel k = tg_kernel_of(wide);
+  cudaFuncAttributes fa;
+  QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)k));
+  const size_t smem = tg_smem(round_up(H, TS_BK));
+  if (smem + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
+  QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, (const void *)k, TS_THREADS, smem));
+  const int64_t blocks = ((H + TS_U - 1) / TS_U) * ((N + TS_N - 1) / TS_N);
+  *ok = nb >= 1 && blocks <= (int64_t)nb * sms;
+  return QG_OK;
+}
+
 extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
                                              const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                                              const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
@@ -1485,7 +1522,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   }
   pk_plan pc;
   memset(&pc, 0, sizeof pc);
-  int persistent = 0;
+  int persistent = 0, grid_rec = 0;   /* grid_rec: the GPU-wide persistent recurrence (tc_grid_kernel) */
   const pk_kernel pkern = pk_kernel_of(wide, obs, a32);
   /* the small-H kernel (int_gru_small.cu: all of R in one CTA, no cluster): the 32-bit mode with
    * single-plane R and h; under auto wherever it holds the layer, forced by a persist shape of
@@ -1508,13 +1545,15 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     else {
       int found;
       QG_CHECK(pk_choose(ctx, fn, pkern, a32, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
-      if (!found) snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
-                           (long long)H, rb, hb);
+      if (!found) QG_CHECK(tg_choose(ctx, fn, wide, a32, rpl.n, hpl.n, N, H, &grid_rec));   /* R over the whole GPU */
+      if (!found && !grid_rec)
+        snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
+                 (long long)H, rb, hb);
     }
     if (why[0]) {
       if (path == QG_PATH_PERSISTENT)
         return qg_fail(ctx, QG_ERR_UNSUPPORTED, fn, "the persistent integer GRU kernel needs %s; use kernel path 'auto' or 'fallback'", why);
-    } else {
+    } else if (!grid_rec) {
       persistent = 1;
     }
   }
@@ -1539,11 +1578,12 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   } else {
     o_Xd = take(&total, TN * C * 8); o_Wd = take(&total, H3 * C * 8); o_acc = take(&total, TN * H3 * 8);
   }
-  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0, o_Hp = 0, o_P32 = 0;
+  int64_t o_Rp = 0, o_offR = 0, o_bcR = 0, o_Rt = 0, o_Hp = 0, o_P32 = 0, o_bar = 0;
   if (persistent || rec_mma) {
     o_Rp = take(&total, (int64_t)rpl.n * H3 * KpR); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
     if (rec_mma) o_Hp = take(&total, 2LL * hpl.n * NpH * KpR);
     if (rec_mma && a32) o_P32 = take(&total, (int64_t)(QG_C32_ROWS + 1) * H * 4);
+    if (grid_rec) o_bar = take(&total, (NpH / TS_N) * 4);
   } else {
     o_Rt = take(&total, H3 * H * 8);
   }
@@ -1709,9 +1749,22 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     if (NH > 0) h0_planes_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(hq0, N, H, hpl.base, hpl.n, NpH, KpR, tp.Hp);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     const dim3 grid(qg_cuda_blocks(H, TS_U), (unsigned)(NpH / TS_N));
-    for (int64_t s = 0; s < T && NH > 0; s++) {
-      void *args[2] = {&tp, &s};
-      QG_CUDA_CHECK(ctx, fn, cudaLaunchKernel((const void *)tk, grid, dim3(TS_THREADS), args, smem, st));
+    if (grid_rec) {   /* all steps in one cooperative launch; the batch groups' arrival counters start at 0 */
+      tg_params gp;
+      gp.t = tp;
+      gp.bar = (int32_t *)(ws + o_bar);
+      gp.rld = (int)(KpR + 16);
+      const tg_kernel gk = tg_kernel_of(wide);
+      const size_t gsmem = tg_smem(KpR);
+      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 4, st));
+      QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
+      void *args[1] = {&gp};
+      QG_CUDA_CHECK(ctx, fn, cudaLaunchCooperativeKernel((const void *)gk, grid, dim3(TS_THREADS), args, gsmem, st));
+    } else {
+      for (int64_t s = 0; s < T && NH > 0; s++) {
+        void *args[2] = {&tp, &s};
+        QG_CUDA_CHECK(ctx, fn, cudaLaunchKernel((const void *)tk, grid, dim3(TS_THREADS), args, smem, st));
+      }
     }
   } else if (TN > 0) {
     const dim3 grid(qg_cuda_blocks(H, FB_UNITS), qg_cuda_blocks(N, FB_NB));

@@ -736,3 +736,58 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
     end
   end)
 end)
+
+describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kernel) #gpu", function()
+  if not qgru.cudaAvailable() then
+    it("skipped: no CUDA device", function() pending("no CUDA device") end)
+    return
+  end
+
+  -- H = 1030: the int8 planes of R do not fit a 16-CTA cluster (68 units per CTA: 208 rows x
+  -- 1104 bytes of R alone, above 227 KB), so auto and a forced persistent path take the GPU-wide
+  -- kernel in the 32-bit mode (33 unit tiles, the last partial, x 1 or 2 batch groups of 64 rows,
+  -- the second partial; every block resident); a forced persistent path would fail without it.
+  -- Auto with a forced persistent shape (1 CTA x 8 rows) takes the per-step tc_step_kernel at the
+  -- same shape: all three runs give the CPU's bytes.
+  local GRID = {
+    { seed = 61, T = 3, N = 66, C = 9, H = 1030, h0 = true, lengths = true, reverse = true, want = lib.QG_CELL_32 },
+    { seed = 62, T = 4, N = 3, C = 5, H = 1030, h0 = true, want = lib.QG_CELL_32,
+      name = "8-bit unsigned asymmetric R and h (the zero-point term of the h row sums)",
+      cfg = function()
+        return uniform_config(8, { ["weight.R"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+                                   ["output.h"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8h")
+      end },
+    { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64,
+      exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias outside the 32-bit bounds: the general cell for it" },
+  }
+  for _, c in ipairs(GRID) do
+    it(string.format("int8, seed %d: T=%d N=%d C=%d H=%d%s%s%s%s: auto, persistent and the per-step kernel give the CPU's bytes", c.seed,
+                     c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or "",
+                     c.name and (" (" .. c.name .. ")") or ""), function()
+      local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, c.exp_over), inp, true)
+      local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, c.exp_over), inp, false)
+      same(ref_inf.y, ref.y, "CPU inference y vs training y")
+      local gpu_ctx = clib.context("cuda")
+      for _, run in ipairs({ { path = "auto" }, { path = "persistent" }, { path = "auto", shape = true } }) do
+        local what = run.path .. (run.shape and " (forced shape: tc_step_kernel)" or " (tc_grid_kernel)")
+        if run.shape then check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, 1, 0, 0)) end
+        local ok, err = pcall(function()
+          with_path(run.path, function()
+            local hg = layer_on("cuda", lq, c.C, c.H, c.exp_over)
+            local o = forward("cuda", hg, inp, true)
+            for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], what .. " " .. k) end
+            assert.are.equal(c.want, lib.qg_int_gru_cell_path(hg), what .. ": cell path after the training forward")
+            local oi = forward("cuda", hg, inp, false)
+            same(oi.y, ref.y, what .. " inference y")
+            same(oi.hn, ref.hn, what .. " inference hn")
+            assert.are.equal(c.want, lib.qg_int_gru_cell_path(hg), what .. ": cell path after the inference forward")
+          end)
+        end)
+        check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+        if not ok then error(err, 0) end
+      end
+    end)
+  end
+end)
