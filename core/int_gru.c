@@ -5,12 +5,16 @@
  * kernels/int_gru.cu).
  *
  * A setter checks its arguments completely before it changes the handle, so a failed call
- * leaves the layer as it was. Tables are rebuilt lazily, once, by the first forward after a
+ * leaves the layer as it was. Weight quantizers are set from the host (qg_int_gru_set_weight_quant)
+ * or derived from the weights' values (qg_int_gru_calibrate_weight): on a GPU, symmetric minmax
+ * writes the device copy directly, stream-ordered, and the host copy of the exponents is marked
+ * stale and read back only when something on the host needs it (qg_int_gru_host_exps). Tables are rebuilt lazily, once, by the first forward after a
  * quantizer they depend on changed; they are built on the host in double precision (the one
  * definition of QUANT_SPEC.md section 3) and copied to the layer's device.
  */
 #include "backend.h"
 #include "int_gru.h"
+#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +67,10 @@ qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, i
     g->mask[w] = (uint8_t *)p; p += (nw[w] + 63) & ~(int64_t)63;
   }
   g->c32_flag = (int32_t *)p;
-  int32_t *host = (int32_t *)calloc((size_t)(8 * H3), sizeof(int32_t));
+  int32_t *host = (int32_t *)calloc((size_t)(10 * H3), sizeof(int32_t));
   if (!host) { mem_free(g->device, g->mem); free(g); return qg_fail(ctx, QG_ERR_MEMORY, fn, "out of host memory"); }
   for (int w = 0; w < QG_W_NUM; w++) { g->w_exp_host[w] = host + 2 * w * H3; g->w_zp_host[w] = host + (2 * w + 1) * H3; }
+  g->w_scratch = host + 8 * H3;
   g->tables_dirty = 1;
   *out = g;
   return QG_OK;
@@ -95,6 +100,28 @@ qg_status qg_int_gru_set_act(qg_ctx *ctx, qg_int_gru *g, int op, const qg_qspec 
   return QG_OK;
 }
 
+/* Validates (e, z) of every channel of weight w (host arrays ep, zp [3H]), then sets them: the
+ * device copy, the host copy, the grid. Changes nothing on failure. */
+static qg_status set_weight_host(qg_ctx *ctx, const char *fn, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
+                                 const int32_t *ep, const int32_t *zp) {
+  const int64_t H3 = 3 * g->H;
+  char what[96];
+  const qg_qp grid = qg_qp_make(bitwidth >= 1 && bitwidth <= 32 ? bitwidth : 8, is_unsigned, 0, 0);
+  for (int64_t j = 0; j < H3; j++) {
+    if (bitwidth >= 1 && bitwidth <= 32 && ep[j] >= -31 && ep[j] <= 31 && zp[j] >= grid.qmin && zp[j] <= grid.qmax) continue;
+    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);   /* named only when it fails */
+    QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
+  }
+  QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
+  QG_CHECK(mem_upload(ctx, g->device, g->w_zp[w], zp, H3 * 4));
+  if (g->w_exp_host[w] != ep) memcpy(g->w_exp_host[w], ep, (size_t)H3 * 4);
+  if (g->w_zp_host[w] != zp) memcpy(g->w_zp_host[w], zp, (size_t)H3 * 4);
+  g->w_exp_stale[w] = 0;
+  g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
+  g->weights_quantized = 0;
+  return QG_OK;
+}
+
 qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
                                       const qg_tensor *exps, const qg_tensor *zps) {
   if (!ctx) return QG_ERR_ARG;
@@ -109,19 +136,72 @@ qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bit
   QG_CHECK(qg_check_tensor(ctx, fn, what, zps, QG_I32, 1, d));
   if (exps->device != QG_CPU || zps->device != QG_CPU)
     return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are given as cpu tensors", qg_weight_name(w));
-  const int32_t *ep = (const int32_t *)exps->data, *zp = (const int32_t *)zps->data;
-  const qg_qp grid = qg_qp_make(bitwidth >= 1 && bitwidth <= 32 ? bitwidth : 8, is_unsigned, 0, 0);
-  for (int64_t j = 0; j < H3; j++) {
-    if (bitwidth >= 1 && bitwidth <= 32 && ep[j] >= -31 && ep[j] <= 31 && zp[j] >= grid.qmin && zp[j] <= grid.qmax) continue;
-    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);   /* named only when it fails */
-    QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
+  return set_weight_host(ctx, fn, g, w, bitwidth, is_unsigned, (const int32_t *)exps->data, (const int32_t *)zps->data);
+}
+
+qg_status qg_int_gru_calibrate_weight(qg_ctx *ctx, qg_int_gru *g, int w, const qg_tensor *values, int bitwidth,
+                                      int is_symmetric, int is_unsigned, int method, double percentile) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  const int64_t H3 = 3 * g->H, d2[2] = {H3, qg_int_gru_weight_cols(g, w)};
+  QG_CHECK(qg_check_tensor(ctx, fn, qg_weight_name(w), values, QG_F32, w < 2 ? 2 : 1, d2));
+  if (values->device != g->device || ctx->device != g->device)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s is on %s and the context is %s but the layer lives on %s", qg_weight_name(w),
+                   values->device == QG_CUDA ? "cuda" : "cpu", ctx->device == QG_CUDA ? "cuda" : "cpu",
+                   g->device == QG_CUDA ? "cuda" : "cpu");
+  if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "%s: bitwidth must be 1..32, got %d", qg_weight_name(w), bitwidth);
+  QG_CHECK(qg_check_calib_method(ctx, fn, method, percentile));
+  if (method == QG_CALIB_MINMAX && is_symmetric && g->device == QG_CUDA) {
+    /* on the device, into the layer's device copy; the rule gives z = 0 (symmetric), so only the
+     * host copy of the exponents goes stale */
+    QG_CHECK(QG_DISPATCH(ctx, g->device, channel_minmax_quant, g->w_exp[w], g->w_zp[w], values, bitwidth, 1, is_unsigned));
+    memset(g->w_zp_host[w], 0, (size_t)H3 * 4);
+    g->w_exp_stale[w] = 1;
+    g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
+    g->weights_quantized = 0;
+    return QG_OK;
   }
-  QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
-  QG_CHECK(mem_upload(ctx, g->device, g->w_zp[w], zp, H3 * 4));
-  memcpy(g->w_exp_host[w], ep, (size_t)H3 * 4);
-  memcpy(g->w_zp_host[w], zp, (size_t)H3 * 4);
-  g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
-  g->weights_quantized = 0;
+  /* on the host (the CPU layer; other methods and asymmetric minmax on a GPU), then set */
+  int32_t *ep = g->w_scratch, *zp = g->w_scratch + H3;
+  if (method == QG_CALIB_MINMAX && g->device == QG_CPU)
+    QG_CHECK(QG_DISPATCH(ctx, g->device, channel_minmax_quant, ep, zp, values, bitwidth, is_symmetric, is_unsigned));
+  else
+    QG_CHECK(qg_calibrate_channels_host(ctx, fn, ep, zp, values, bitwidth, is_symmetric, is_unsigned, method, percentile));
+  return set_weight_host(ctx, fn, g, w, bitwidth, is_unsigned, ep, zp);
+}
+
+qg_status qg_int_gru_host_exps(qg_ctx *ctx, qg_int_gru *g, int w) {
+  if (!g->w_exp_stale[w]) return QG_OK;
+  if (g->device == QG_CUDA) QG_CHECK(qg_dev_memcpy(ctx, g->w_exp_host[w], g->w_exp[w], 3 * g->H * 4, 1));
+  else memcpy(g->w_exp_host[w], g->w_exp[w], (size_t)(3 * g->H) * 4);
+  g->w_exp_stale[w] = 0;
+  return QG_OK;
+}
+
+qg_status qg_int_gru_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, qg_tensor *exps, qg_tensor *zps) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  if (!g->w_set[w]) return qg_fail(ctx, QG_ERR_ARG, fn, "%s: the quantizer has not been set", qg_weight_name(w));
+  const int64_t H3 = 3 * g->H, d[1] = {H3};
+  char what[96];
+  snprintf(what, sizeof what, "%s exponents", qg_weight_name(w));
+  if (exps) QG_CHECK(qg_check_tensor(ctx, fn, what, exps, QG_I32, 1, d));
+  snprintf(what, sizeof what, "%s zero points", qg_weight_name(w));
+  if (zps) QG_CHECK(qg_check_tensor(ctx, fn, what, zps, QG_I32, 1, d));
+  if ((exps && exps->device != QG_CPU) || (zps && zps->device != QG_CPU))
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are read into cpu tensors", qg_weight_name(w));
+  if (exps && g->w_exp_stale[w]) {
+    if (ctx->device != g->device)
+      return qg_fail(ctx, QG_ERR_DEVICE, fn, "the layer lives on %s but the context is %s", g->device == QG_CUDA ? "cuda" : "cpu",
+                     ctx->device == QG_CUDA ? "cuda" : "cpu");
+    QG_CHECK(qg_int_gru_host_exps(ctx, g, w));
+  }
+  if (exps) memcpy(exps->data, g->w_exp_host[w], (size_t)H3 * 4);
+  if (zps) memcpy(zps->data, g->w_zp_host[w], (size_t)H3 * 4);
   return QG_OK;
 }
 

@@ -3,6 +3,10 @@
  * device tensor (f32 or f64) enters one statistics row through the shared observer of stats.cuh.
  * Min/max are first reduced within each warp (order-independent), so one compare-and-swap per warp
  * reaches global memory; histogram counts are integer atomics.
+ * Also the per-row reductions of per-channel weight calibration: qg_cuda_channel_minmax (min and
+ * max of each row, brought to the host) and qg_cuda_channel_minmax_quant (the minmax rule applied
+ * on the device, (e, z) written to device memory: the tracked weight quantizers of an integer GRU
+ * layer without a host synchronisation).
  */
 #include "cuda_common.cuh"
 #include "stats.cuh"
@@ -81,4 +85,38 @@ extern "C" qg_status qg_cuda_channel_minmax(qg_ctx *ctx, double *range, const qg
   channel_minmax_kernel<<<(unsigned)rows, threads, 0, qg_cuda_stream(ctx)>>>((double *)dev, (const float *)w->data, rows, cols);
   QG_CHECK(qg_cuda_launched(ctx, fn));
   return qg_dev_memcpy(ctx, range, dev, 2 * rows * (int64_t)sizeof(double), 1);
+}
+
+/* A warp per row of w [rows, cols]: min and max of the row (NaN ignored, exact in any order), then
+ * lane 0 applies the shared minmax rule (quant_math.h) and writes (e, z) of the row. */
+__global__ void channel_minmax_quant_kernel(int32_t *exps, int32_t *zps, const float *w, int64_t rows, int64_t cols, int bitwidth,
+                                            int is_symmetric, int is_unsigned) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  if (r >= rows) return;   /* whole warps leave together */
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const double v = (double)w[r * cols + c];
+    if (v < mn) mn = v;
+    if (v > mx) mx = v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
+    mn = a < mn ? a : mn;
+    mx = b > mx ? b : mx;
+  }
+  if (lane == 0) {
+    if (!(mn <= mx)) mn = mx = 0;   /* a row of NaNs: degenerate */
+    qg_minmax_rule(mn, mx, bitwidth, is_symmetric, is_unsigned, exps + r, zps + r);
+  }
+}
+
+extern "C" qg_status qg_cuda_channel_minmax_quant(qg_ctx *ctx, int32_t *exps, int32_t *zps, const qg_tensor *w, int bitwidth,
+                                                  int is_symmetric, int is_unsigned) {
+  const int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1;
+  if (rows == 0) return QG_OK;
+  const int threads = 256;
+  channel_minmax_quant_kernel<<<qg_cuda_blocks(rows * 32, threads), threads, 0, qg_cuda_stream(ctx)>>>(
+      exps, zps, (const float *)w->data, rows, cols, bitwidth, is_symmetric, is_unsigned);
+  return qg_cuda_launched(ctx, "qg_int_gru_calibrate_weight");
 }
