@@ -13,10 +13,11 @@
 #include "quant_math.h"
 
 /* The bin of v over [lo, hi] (hi > lo): floor((v - lo) / (hi - lo) * bins), clamped. No fused
- * multiply-add can form here (subtract, divide, multiply), so host and device agree. */
+ * multiply-add can form here (subtract, divide, multiply), so host and device agree. An
+ * infinite range or value can make f NaN (inf / inf): bin 0, never an index outside the row. */
 QG_HD int qg_stats_bin(double lo, double hi, double v) {
   const double f = (v - lo) / (hi - lo) * (double)QG_STATS_BINS;
-  return f < 0 ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
+  return !(f >= 0) ? 0 : (f >= QG_STATS_BINS ? QG_STATS_BINS - 1 : (int)f);
 }
 
 /* Host observer: adds v to one row. */
