@@ -221,21 +221,23 @@ qg_status qg_cpu_channel_minmax(qg_ctx *ctx, double *range, const qg_tensor *w) 
   return QG_OK;
 }
 
-/* Per-row min and max of w (as qg_cpu_channel_minmax), then the minmax rule: (e, z) of each row. */
-qg_status qg_cpu_channel_minmax_quant(qg_ctx *ctx, int32_t *exps, int32_t *zps, const qg_tensor *w, int bitwidth,
-                                      int is_symmetric, int is_unsigned) {
+/* Per job, per row: min and max of w (as qg_cpu_channel_minmax), then the minmax rule. */
+qg_status qg_cpu_channel_minmax_quant(qg_ctx *ctx, int n, int32_t *const *exps, int32_t *const *zps, const qg_tensor *const *w,
+                                      const int *bitwidth, const int *is_symmetric, const int *is_unsigned) {
   (void)ctx;
-  const int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1;
-  const float *wp = (const float *)w->data;
-  for (int64_t r = 0; r < rows; r++) {
-    double lo = INFINITY, hi = -INFINITY;
-    for (int64_t c = 0; c < cols; c++) {
-      const double v = wp[r * cols + c];
-      if (v < lo) lo = v;   /* NaN compares false both ways */
-      if (v > hi) hi = v;
+  for (int i = 0; i < n; i++) {
+    const int64_t rows = w[i]->dims[0], cols = w[i]->ndim == 2 ? w[i]->dims[1] : 1;
+    const float *wp = (const float *)w[i]->data;
+    for (int64_t r = 0; r < rows; r++) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (int64_t c = 0; c < cols; c++) {
+        const double v = wp[r * cols + c];
+        if (v < lo) lo = v;   /* NaN compares false both ways */
+        if (v > hi) hi = v;
+      }
+      if (!(lo <= hi)) lo = hi = 0;   /* nothing seen (a row of NaNs): degenerate */
+      qg_minmax_rule(lo, hi, bitwidth[i], is_symmetric[i], is_unsigned[i], exps[i] + r, zps[i] + r);
     }
-    if (!(lo <= hi)) lo = hi = 0;   /* nothing seen (a row of NaNs): degenerate */
-    qg_minmax_rule(lo, hi, bitwidth, is_symmetric, is_unsigned, exps + r, zps + r);
   }
   return QG_OK;
 }

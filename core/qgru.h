@@ -427,6 +427,19 @@ qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bit
  * quantizers read the weight to the host first. */
 qg_status qg_int_gru_calibrate_weight(qg_ctx *ctx, qg_int_gru *g, int w, const qg_tensor *values, int bitwidth,
                                       int is_symmetric, int is_unsigned, int method, double percentile);
+/* One weight's request for qg_int_gru_calibrate_weights: calibrate (0: leave the quantizer alone),
+ * then the arguments of qg_int_gru_calibrate_weight. */
+typedef struct qg_wcalib {
+  int calibrate;
+  int bitwidth, is_symmetric, is_unsigned, method;
+  double percentile;
+} qg_wcalib;
+/* qg_int_gru_calibrate_weight for the four weights in one call: specs[QG_W_NUM] (QG_W_* order) and
+ * the weights W [3H, C], R [3H, H], bx, br [3H] (f32 on the layer's device; those not calibrated
+ * may be NULL). Every request is checked before any is applied; the ones that run on the device
+ * share one launch (tracking weights calls this once per layer and forward). */
+qg_status qg_int_gru_calibrate_weights(qg_ctx *ctx, qg_int_gru *g, const qg_wcalib *specs, const qg_tensor *W,
+                                       const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br);
 /* The per-channel exponents and zero points of weight quantizer w (QG_W_*) as the layer holds them,
  * into exps and zps: i32 [3H] cpu tensors, each may be NULL. After qg_int_gru_calibrate_weight on
  * a GPU this waits for the device (the context must be the layer's). */

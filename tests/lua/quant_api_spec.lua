@@ -280,6 +280,21 @@ describe("calibration methods vs brute force over the same cost", function()
     assert.are.same({ 7, 4, 7 }, exps:totable())
     st = lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_BR, exps.t, zps.t)
     assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("not been set", 1, true))
+    -- all four in one call (what tracking runs): checked completely before anything is applied
+    local specs = ffi.new("qg_wcalib[4]")
+    for i = 0, 3 do specs[i].calibrate, specs[i].bitwidth, specs[i].is_symmetric, specs[i].method = 1, 8, 1, lib.QG_CALIB_MINMAX end
+    local Rr = qgru.tensor({ { 1 }, { -0.5 }, { 0.25 } })
+    local W2 = qgru.tensor({ { 1, 0 }, { 2, 0 }, { 0.125, 0 } })
+    st = lib.qg_int_gru_calibrate_weights(ctx, g, specs, W2.t, Rr.t, bx.t, W.t)   -- br has the wrong shape
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("br", 1, true), ffi.string(lib.qg_last_error(ctx)))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, nil))
+    assert.are.same({ 7, 4, 7 }, exps:totable())   -- W unchanged
+    specs[3].calibrate = 0
+    clib.check(ctx, lib.qg_int_gru_calibrate_weights(ctx, g, specs, W2.t, Rr.t, bx.t, nil))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, nil))
+    assert.are.same({ 6, 5, 9 }, exps:totable())   -- 127 / 1 = 127, / 2 = 63.5, / 0.125 = 1016
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_R, exps.t, nil))
+    assert.are.same({ 6, 7, 8 }, exps:totable())
   end)
 
   it("tracked weight quantizers describe the weights of the last forward, and q.exps shows them", function()

@@ -116,14 +116,25 @@ end
 -- pulled only when read.
 function LayerQuant:calibrateWeights(method, percentile)
   local wts = self.gru.weights[self.l][self.d]
-  local ctx = clib.context(self.device)
+  local specs = self._wspecs or ffi.new("qg_wcalib[?]", lib.QG_W_NUM)
+  self._wspecs = specs
+  local any = false
   for i, q in ipairs(self.w) do
+    local s = specs[i - 1]
+    s.calibrate = 0
     if q:calibratable() and (self.gru.qstate.track_weights or not q.calibrated) then
       local m = method or q.method or "minmax"
-      self.gru:ccall(ctx, lib.qg_int_gru_calibrate_weight(ctx, self.handle, q.slot, wts[WEIGHT_FIELD[i]].t, q.bitwidth,
-                                                          q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0, METHODS[m],
-                                                          percentile or 99.99))
-      q.method = m
+      s.calibrate, s.bitwidth, s.is_symmetric, s.is_unsigned = 1, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0
+      s.method, s.percentile = METHODS[m], percentile or 99.99
+      any = true
+    end
+  end
+  if not any then return end
+  local ctx = clib.context(self.device)
+  self.gru:ccall(ctx, lib.qg_int_gru_calibrate_weights(ctx, self.handle, specs, wts.W.t, wts.R.t, wts.bx.t, wts.br.t))
+  for i, q in ipairs(self.w) do
+    if specs[i - 1].calibrate ~= 0 then
+      q.method = method or q.method or "minmax"
       q.calibrated = true
       q:markDerived()
       if self.device == "cpu" then q:sync() end   -- nothing to wait for: the host tensors stay current
