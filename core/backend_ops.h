@@ -41,6 +41,13 @@ QG_OP(stats_add, (qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *
 /* range: host memory, [rows, 2] doubles: min and max of each row of w (f32 [rows, cols]), NaN ignored
  * (a row of NaNs gives +inf, -inf). The backend copies the result to the host before it returns. */
 QG_OP(channel_minmax, (qg_ctx *ctx, double *range, const qg_tensor *w), (ctx, range, w))
+/* n jobs (1..QG_W_NUM), job i: exps[i], zps[i] [rows] i32 on w[i]'s device (f32 [rows, cols] or
+ * [rows]): (e, z) of each row by the minmax rule (quant_math.h qg_minmax_rule) with bitwidth[i],
+ * is_symmetric[i], is_unsigned[i], on the row's min and max (NaN ignored; a row of NaNs is
+ * degenerate). Ordered on the context's stream, one launch; no host synchronisation on a GPU. */
+QG_OP(channel_minmax_quant, (qg_ctx *ctx, int n, int32_t *const *exps, int32_t *const *zps, const qg_tensor *const *w,
+                             const int *bitwidth, const int *is_symmetric, const int *is_unsigned),
+      (ctx, n, exps, zps, w, bitwidth, is_symmetric, is_unsigned))
 QG_OP(fake_quant, (qg_ctx *ctx, qg_tensor *fq, qg_tensor *codes, qg_tensor *mask, const qg_tensor *x, const qg_tensor *exps,
                    const qg_tensor *zps, int bitwidth, int is_unsigned),
       (ctx, fq, codes, mask, x, exps, zps, bitwidth, is_unsigned))

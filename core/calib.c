@@ -101,33 +101,11 @@ qg_status qg_cpu_stats_add(qg_ctx *ctx, const qg_stats *stats, int row, const qg
   return QG_OK;
 }
 
-static int clamp_e(int e) { return e < -31 ? -31 : (e > 31 ? 31 : e); }
-
 static int64_t clamp_z(int64_t z, qg_qp g) { return z < g.qmin ? g.qmin : (z > g.qmax ? g.qmax : z); }
 
-/* The minmax rule on the range [lo, hi] (widened to include 0). */
+/* The minmax rule on the range [lo, hi] (widened to include 0): one host/device function. */
 static void minmax_rule(double lo, double hi, int bits, int sym, int uns, int32_t *e, int32_t *z) {
-  if (lo > 0) lo = 0;
-  if (hi < 0) hi = 0;
-  qg_qp g = qg_qp_make(bits, uns, 0, 0);
-  if (!(hi > lo) || (sym && uns && !(hi > 0))) { *e = clamp_e(bits - 1); *z = 0; return; }   /* degenerate */
-  if (sym) {
-    double m = uns ? hi : (hi > -lo ? hi : -lo);
-    double top = g.qmax > 0 ? (double)g.qmax : 1.0;
-    *e = clamp_e((int)floor(log2(top / m)));
-    *z = 0;
-    return;
-  }
-  int ee = clamp_e((int)floor(log2((double)(g.qmax - g.qmin) / (hi - lo))));
-  for (int tries = 0; tries < 3; tries++) {
-    int64_t zz = g.qmin - (int64_t)nearbyint(ldexp(lo, ee));
-    if ((int64_t)nearbyint(ldexp(hi, ee)) + zz > g.qmax && ee > -31) { ee--; continue; }
-    *e = ee;
-    *z = (int32_t)clamp_z(zz, g);
-    return;
-  }
-  *e = ee;
-  *z = (int32_t)clamp_z(g.qmin - (int64_t)nearbyint(ldexp(lo, ee)), g);
+  qg_minmax_rule(lo, hi, bits, sym, uns, e, z);
 }
 
 static double search_cost(const double *row, const int64_t *counts, const int *nz, int nnz, qg_qp q, double clip_weight) {
@@ -243,19 +221,38 @@ qg_status qg_cpu_channel_minmax(qg_ctx *ctx, double *range, const qg_tensor *w) 
   return QG_OK;
 }
 
-qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
-                                int is_symmetric, int is_unsigned, int method, double percentile) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
-  QG_CHECK(qg_check_tensor(ctx, fn, "w", w, QG_F32, -1, NULL));
-  if (w->ndim > 2) return qg_fail(ctx, QG_ERR_ARG, fn, "w must be [rows, cols] or [rows]");
-  int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1, rd[1] = {rows};
-  QG_CHECK(qg_check_tensor(ctx, fn, "exps", exps, QG_I32, 1, rd));
-  QG_CHECK(qg_check_tensor(ctx, fn, "zps", zps, QG_I32, 1, rd));
-  if (exps->device != QG_CPU || zps->device != QG_CPU)
-    return qg_fail(ctx, QG_ERR_DEVICE, fn, "exps and zps must be cpu tensors (the host mirrors of the quantizer)");
-  if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
-  int32_t *ep = (int32_t *)exps->data, *zp = (int32_t *)zps->data;
+/* Per job, per row: min and max of w (as qg_cpu_channel_minmax), then the minmax rule. */
+qg_status qg_cpu_channel_minmax_quant(qg_ctx *ctx, int n, int32_t *const *exps, int32_t *const *zps, const qg_tensor *const *w,
+                                      const int *bitwidth, const int *is_symmetric, const int *is_unsigned) {
+  (void)ctx;
+  for (int i = 0; i < n; i++) {
+    const int64_t rows = w[i]->dims[0], cols = w[i]->ndim == 2 ? w[i]->dims[1] : 1;
+    const float *wp = (const float *)w[i]->data;
+    for (int64_t r = 0; r < rows; r++) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (int64_t c = 0; c < cols; c++) {
+        const double v = wp[r * cols + c];
+        if (v < lo) lo = v;   /* NaN compares false both ways */
+        if (v > hi) hi = v;
+      }
+      if (!(lo <= hi)) lo = hi = 0;   /* nothing seen (a row of NaNs): degenerate */
+      qg_minmax_rule(lo, hi, bitwidth[i], is_symmetric[i], is_unsigned[i], exps[i] + r, zps[i] + r);
+    }
+  }
+  return QG_OK;
+}
+
+qg_status qg_check_calib_method(qg_ctx *ctx, const char *fn, int method, double percentile) {
+  if (method != QG_CALIB_MINMAX && method != QG_CALIB_HISTOGRAM && method != QG_CALIB_MSE && method != QG_CALIB_PERCENTILE)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "unknown method %d", method);
+  if (method == QG_CALIB_PERCENTILE && !(percentile > 50 && percentile <= 100))
+    return qg_fail(ctx, QG_ERR_ARG, fn, "percentile must be in (50, 100], got %g", percentile);
+  return QG_OK;
+}
+
+qg_status qg_calibrate_channels_host(qg_ctx *ctx, const char *fn, int32_t *ep, int32_t *zp, const qg_tensor *w, int bitwidth,
+                                     int is_symmetric, int is_unsigned, int method, double percentile) {
+  const int64_t rows = w->dims[0], cols = w->ndim == 2 ? w->dims[1] : 1;
   double cost;
   int32_t e, z;
   if (method == QG_CALIB_MINMAX) {
@@ -290,4 +287,20 @@ qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, co
     ep[r] = e; zp[r] = z;
   }
   return QG_OK;
+}
+
+qg_status qg_calibrate_channels(qg_ctx *ctx, qg_tensor *exps, qg_tensor *zps, const qg_tensor *w, int bitwidth,
+                                int is_symmetric, int is_unsigned, int method, double percentile) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(qg_check_tensor(ctx, fn, "w", w, QG_F32, -1, NULL));
+  if (w->ndim > 2) return qg_fail(ctx, QG_ERR_ARG, fn, "w must be [rows, cols] or [rows]");
+  int64_t rows = w->dims[0], rd[1] = {rows};
+  QG_CHECK(qg_check_tensor(ctx, fn, "exps", exps, QG_I32, 1, rd));
+  QG_CHECK(qg_check_tensor(ctx, fn, "zps", zps, QG_I32, 1, rd));
+  if (exps->device != QG_CPU || zps->device != QG_CPU)
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "exps and zps must be cpu tensors (the host mirrors of the quantizer)");
+  if (bitwidth < 1 || bitwidth > 32) return qg_fail(ctx, QG_ERR_ARG, fn, "bitwidth must be 1..32, got %d", bitwidth);
+  return qg_calibrate_channels_host(ctx, fn, (int32_t *)exps->data, (int32_t *)zps->data, w, bitwidth, is_symmetric,
+                                    is_unsigned, method, percentile);
 }

@@ -5,12 +5,16 @@
  * kernels/int_gru.cu).
  *
  * A setter checks its arguments completely before it changes the handle, so a failed call
- * leaves the layer as it was. Tables are rebuilt lazily, once, by the first forward after a
- * quantizer they depend on changed; they are built on the host in double precision (the one
+ * leaves the layer as it was. Weight quantizers are set from the host (qg_int_gru_set_weight_quant)
+ * or derived from the weights' values (qg_int_gru_calibrate_weight): on a GPU, symmetric minmax
+ * writes the device copy directly, stream-ordered, and the host copy of the exponents is marked
+ * stale and read back only when something on the host needs it (qg_int_gru_host_exps).
+ * Tables are rebuilt lazily, once, by the first forward after a quantizer they depend on changed; they are built on the host in double precision (the one
  * definition of QUANT_SPEC.md section 3) and copied to the layer's device.
  */
 #include "backend.h"
 #include "int_gru.h"
+#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +67,10 @@ qg_status qg_int_gru_create(qg_ctx *ctx, qg_int_gru **out, int64_t input_size, i
     g->mask[w] = (uint8_t *)p; p += (nw[w] + 63) & ~(int64_t)63;
   }
   g->c32_flag = (int32_t *)p;
-  int32_t *host = (int32_t *)calloc((size_t)(8 * H3), sizeof(int32_t));
+  int32_t *host = (int32_t *)calloc((size_t)(10 * H3), sizeof(int32_t));
   if (!host) { mem_free(g->device, g->mem); free(g); return qg_fail(ctx, QG_ERR_MEMORY, fn, "out of host memory"); }
   for (int w = 0; w < QG_W_NUM; w++) { g->w_exp_host[w] = host + 2 * w * H3; g->w_zp_host[w] = host + (2 * w + 1) * H3; }
+  g->w_scratch = host + 8 * H3;
   g->tables_dirty = 1;
   *out = g;
   return QG_OK;
@@ -95,6 +100,28 @@ qg_status qg_int_gru_set_act(qg_ctx *ctx, qg_int_gru *g, int op, const qg_qspec 
   return QG_OK;
 }
 
+/* Validates (e, z) of every channel of weight w (host arrays ep, zp [3H]), then sets them: the
+ * device copy, the host copy, the grid. Changes nothing on failure. */
+static qg_status set_weight_host(qg_ctx *ctx, const char *fn, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
+                                 const int32_t *ep, const int32_t *zp) {
+  const int64_t H3 = 3 * g->H;
+  char what[96];
+  const qg_qp grid = qg_qp_make(bitwidth >= 1 && bitwidth <= 32 ? bitwidth : 8, is_unsigned, 0, 0);
+  for (int64_t j = 0; j < H3; j++) {
+    if (bitwidth >= 1 && bitwidth <= 32 && ep[j] >= -31 && ep[j] <= 31 && zp[j] >= grid.qmin && zp[j] <= grid.qmax) continue;
+    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);   /* named only when it fails */
+    QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
+  }
+  QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
+  QG_CHECK(mem_upload(ctx, g->device, g->w_zp[w], zp, H3 * 4));
+  if (g->w_exp_host[w] != ep) memcpy(g->w_exp_host[w], ep, (size_t)H3 * 4);
+  if (g->w_zp_host[w] != zp) memcpy(g->w_zp_host[w], zp, (size_t)H3 * 4);
+  g->w_exp_stale[w] = 0;
+  g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
+  g->weights_quantized = 0;
+  return QG_OK;
+}
+
 qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
                                       const qg_tensor *exps, const qg_tensor *zps) {
   if (!ctx) return QG_ERR_ARG;
@@ -109,19 +136,120 @@ qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bit
   QG_CHECK(qg_check_tensor(ctx, fn, what, zps, QG_I32, 1, d));
   if (exps->device != QG_CPU || zps->device != QG_CPU)
     return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are given as cpu tensors", qg_weight_name(w));
-  const int32_t *ep = (const int32_t *)exps->data, *zp = (const int32_t *)zps->data;
-  const qg_qp grid = qg_qp_make(bitwidth >= 1 && bitwidth <= 32 ? bitwidth : 8, is_unsigned, 0, 0);
-  for (int64_t j = 0; j < H3; j++) {
-    if (bitwidth >= 1 && bitwidth <= 32 && ep[j] >= -31 && ep[j] <= 31 && zp[j] >= grid.qmin && zp[j] <= grid.qmax) continue;
-    snprintf(what, sizeof what, "%s channel %lld", qg_weight_name(w), (long long)j);   /* named only when it fails */
-    QG_CHECK(qg_check_qspec(ctx, fn, what, bitwidth, is_unsigned, ep[j], zp[j]));
+  return set_weight_host(ctx, fn, g, w, bitwidth, is_unsigned, (const int32_t *)exps->data, (const int32_t *)zps->data);
+}
+
+/* Weights with specs[w].calibrate, validated completely first; the device-side ones (symmetric
+ * minmax on a GPU) in one launch, the others on the host one by one. */
+static qg_status calibrate_weights(qg_ctx *ctx, const char *fn, qg_int_gru *g, const qg_wcalib *specs, const qg_tensor *const *ts) {
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (!specs) return qg_fail(ctx, QG_ERR_ARG, fn, "specs is NULL");
+  const int64_t H3 = 3 * g->H;
+  int on_device[QG_W_NUM], n = 0;
+  int32_t *dexp[QG_W_NUM], *dzp[QG_W_NUM];
+  const qg_tensor *dval[QG_W_NUM];
+  int dbits[QG_W_NUM], dsym[QG_W_NUM], duns[QG_W_NUM];
+  for (int w = 0; w < QG_W_NUM; w++) {
+    const qg_wcalib *s = &specs[w];
+    on_device[w] = 0;
+    if (!s->calibrate) continue;
+    const int64_t d2[2] = {H3, qg_int_gru_weight_cols(g, w)};
+    QG_CHECK(qg_check_tensor(ctx, fn, qg_weight_name(w), ts[w], QG_F32, w < 2 ? 2 : 1, d2));
+    if (ts[w]->device != g->device || ctx->device != g->device)
+      return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s is on %s and the context is %s but the layer lives on %s", qg_weight_name(w),
+                     ts[w]->device == QG_CUDA ? "cuda" : "cpu", ctx->device == QG_CUDA ? "cuda" : "cpu",
+                     g->device == QG_CUDA ? "cuda" : "cpu");
+    if (s->bitwidth < 1 || s->bitwidth > 32)
+      return qg_fail(ctx, QG_ERR_ARG, fn, "%s: bitwidth must be 1..32, got %d", qg_weight_name(w), s->bitwidth);
+    QG_CHECK(qg_check_calib_method(ctx, fn, s->method, s->percentile));
+    if (s->method == QG_CALIB_MINMAX && s->is_symmetric && g->device == QG_CUDA) {
+      on_device[w] = 1;
+      dexp[n] = g->w_exp[w]; dzp[n] = g->w_zp[w]; dval[n] = ts[w];
+      dbits[n] = s->bitwidth; dsym[n] = 1; duns[n] = s->is_unsigned ? 1 : 0;
+      n++;
+    }
   }
-  QG_CHECK(mem_upload(ctx, g->device, g->w_exp[w], ep, H3 * 4));
-  QG_CHECK(mem_upload(ctx, g->device, g->w_zp[w], zp, H3 * 4));
-  memcpy(g->w_exp_host[w], ep, (size_t)H3 * 4);
-  memcpy(g->w_zp_host[w], zp, (size_t)H3 * 4);
-  g->w_bits[w] = bitwidth; g->w_unsigned[w] = is_unsigned ? 1 : 0; g->w_set[w] = 1;
-  g->weights_quantized = 0;
+  if (n > 0) {
+    /* on the device, into the layer's device copy; the rule gives z = 0 (symmetric), so only the
+     * host copy of the exponents goes stale */
+    QG_CHECK(QG_DISPATCH(ctx, g->device, channel_minmax_quant, n, dexp, dzp, dval, dbits, dsym, duns));
+    for (int w = 0; w < QG_W_NUM; w++) {
+      if (!on_device[w]) continue;
+      memset(g->w_zp_host[w], 0, (size_t)H3 * 4);
+      g->w_exp_stale[w] = 1;
+      g->w_bits[w] = specs[w].bitwidth; g->w_unsigned[w] = specs[w].is_unsigned ? 1 : 0; g->w_set[w] = 1;
+      g->weights_quantized = 0;
+    }
+  }
+  /* on the host (the CPU layer; other methods and asymmetric quantizers on a GPU), then set */
+  for (int w = 0; w < QG_W_NUM; w++) {
+    const qg_wcalib *s = &specs[w];
+    if (!s->calibrate || on_device[w]) continue;
+    int32_t *ep = g->w_scratch, *zp = g->w_scratch + H3;
+    if (s->method == QG_CALIB_MINMAX && g->device == QG_CPU) {
+      int bits = s->bitwidth, sym = s->is_symmetric ? 1 : 0, uns = s->is_unsigned ? 1 : 0;
+      QG_CHECK(QG_DISPATCH(ctx, g->device, channel_minmax_quant, 1, &ep, &zp, &ts[w], &bits, &sym, &uns));
+    } else {
+      QG_CHECK(qg_calibrate_channels_host(ctx, fn, ep, zp, ts[w], s->bitwidth, s->is_symmetric, s->is_unsigned, s->method,
+                                          s->percentile));
+    }
+    QG_CHECK(set_weight_host(ctx, fn, g, w, s->bitwidth, s->is_unsigned, ep, zp));
+  }
+  return QG_OK;
+}
+
+qg_status qg_int_gru_calibrate_weight(qg_ctx *ctx, qg_int_gru *g, int w, const qg_tensor *values, int bitwidth,
+                                      int is_symmetric, int is_unsigned, int method, double percentile) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  qg_wcalib specs[QG_W_NUM];
+  const qg_tensor *ts[QG_W_NUM] = {NULL, NULL, NULL, NULL};
+  memset(specs, 0, sizeof specs);
+  specs[w].calibrate = 1;
+  specs[w].bitwidth = bitwidth; specs[w].is_symmetric = is_symmetric; specs[w].is_unsigned = is_unsigned;
+  specs[w].method = method; specs[w].percentile = percentile;
+  ts[w] = values;
+  return calibrate_weights(ctx, fn, g, specs, ts);
+}
+
+qg_status qg_int_gru_calibrate_weights(qg_ctx *ctx, qg_int_gru *g, const qg_wcalib *specs, const qg_tensor *W,
+                                       const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br) {
+  if (!ctx) return QG_ERR_ARG;
+  const qg_tensor *ts[QG_W_NUM] = {W, R, bx, br};
+  return calibrate_weights(ctx, __func__, g, specs, ts);
+}
+
+qg_status qg_int_gru_host_exps(qg_ctx *ctx, qg_int_gru *g, int w) {
+  if (!g->w_exp_stale[w]) return QG_OK;
+  if (g->device == QG_CUDA) QG_CHECK(qg_dev_memcpy(ctx, g->w_exp_host[w], g->w_exp[w], 3 * g->H * 4, 1));
+  else memcpy(g->w_exp_host[w], g->w_exp[w], (size_t)(3 * g->H) * 4);
+  g->w_exp_stale[w] = 0;
+  return QG_OK;
+}
+
+qg_status qg_int_gru_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, qg_tensor *exps, qg_tensor *zps) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  if (!g) return qg_fail(ctx, QG_ERR_ARG, fn, "layer is NULL");
+  if (w < 0 || w >= QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "weight %d outside 0..%d", w, QG_W_NUM - 1);
+  if (!g->w_set[w]) return qg_fail(ctx, QG_ERR_ARG, fn, "%s: the quantizer has not been set", qg_weight_name(w));
+  const int64_t H3 = 3 * g->H, d[1] = {H3};
+  char what[96];
+  snprintf(what, sizeof what, "%s exponents", qg_weight_name(w));
+  if (exps) QG_CHECK(qg_check_tensor(ctx, fn, what, exps, QG_I32, 1, d));
+  snprintf(what, sizeof what, "%s zero points", qg_weight_name(w));
+  if (zps) QG_CHECK(qg_check_tensor(ctx, fn, what, zps, QG_I32, 1, d));
+  if ((exps && exps->device != QG_CPU) || (zps && zps->device != QG_CPU))
+    return qg_fail(ctx, QG_ERR_DEVICE, fn, "%s: exponents and zero points are read into cpu tensors", qg_weight_name(w));
+  if (exps && g->w_exp_stale[w]) {
+    if (ctx->device != g->device)
+      return qg_fail(ctx, QG_ERR_DEVICE, fn, "the layer lives on %s but the context is %s", g->device == QG_CUDA ? "cuda" : "cpu",
+                     ctx->device == QG_CUDA ? "cuda" : "cpu");
+    QG_CHECK(qg_int_gru_host_exps(ctx, g, w));
+  }
+  if (exps) memcpy(exps->data, g->w_exp_host[w], (size_t)H3 * 4);
+  if (zps) memcpy(zps->data, g->w_zp_host[w], (size_t)H3 * 4);
   return QG_OK;
 }
 

@@ -31,8 +31,13 @@ struct qg_int_gru {
   void *mem;
   int64_t mem_bytes;
   /* host copies of the per-channel exponents and zero points (the GEMM exactness checks and
-   * the bias alignment read them on the host) */
+   * the bias alignment read them on the host). w_exp_stale[w]: weight w's exponents were derived
+   * on the device (qg_int_gru_calibrate_weight) and not read back since: the host copy is old
+   * until qg_int_gru_host_exps refreshes it (the zero points are then known: symmetric, all 0).
+   * w_scratch: host room for one weight's exponents and zero points (2 x [3H]). */
   int32_t *w_exp_host[QG_W_NUM], *w_zp_host[QG_W_NUM];
+  int w_exp_stale[QG_W_NUM];
+  int32_t *w_scratch;
   /* tables (device pointers on a GPU): the cell's lut pointers and the backward's tables */
   void *tables;
   int64_t tables_bytes;
@@ -50,9 +55,17 @@ static inline int64_t qg_int_gru_weight_cols(const qg_int_gru *g, int w) {
   return w == QG_W_W ? g->C : (w == QG_W_R ? g->H : 1);
 }
 
+/* Brings weight w's exponents to the host copy when they are stale (waits for the device then);
+ * defined in int_gru.c. */
+#ifdef __cplusplus
+extern "C"
+#endif
+qg_status qg_int_gru_host_exps(qg_ctx *ctx, qg_int_gru *g, int w);
+
 /* Whether the layer needs the 128-bit cell: the 64-bit one is exact (and cheaper) when
  * qg_cell_fits64 holds for its quantizers and the range of its bias exponents. Decided once per
- * forward on the host, the same way on every device. */
+ * forward on the host, the same way on every device, from the host copies of the bias exponents
+ * (current: see w_exp_stale). */
 static inline int qg_int_gru_needs_wide(const qg_int_gru *g) {
   int ebx[2] = {31, -31}, ebr[2] = {31, -31};
   for (int64_t j = 0; j < 3 * g->H; j++) {

@@ -422,6 +422,33 @@ qg_status qg_int_gru_set_act(qg_ctx *ctx, qg_int_gru *g, int op, const qg_qspec 
 /* Weight quantizer w (QG_W_*), per channel: exps and zps i32 [3H] (cpu tensors), rows in gate order. */
 qg_status qg_int_gru_set_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, int bitwidth, int is_unsigned,
                                       const qg_tensor *exps, const qg_tensor *zps);
+/* Weight quantizer w (QG_W_*) derived per channel from the weight's current values, exactly as
+ * qg_calibrate_channels would (method QG_CALIB_*, percentile in (50, 100] for QG_CALIB_PERCENTILE),
+ * then set as qg_int_gru_set_weight_quant would. values: f32 W [3H, C], R [3H, H], bx or br [3H],
+ * on the layer's device, with a context of that device. On a GPU, symmetric minmax (the default
+ * for weights, and what tracking weights runs each forward) runs on the device, ordered on the
+ * context's stream, with no host synchronisation and no allocation: the layer's copy is written
+ * there and read back by qg_int_gru_weight_quant when asked. Other methods and asymmetric
+ * quantizers read the weight to the host first. */
+qg_status qg_int_gru_calibrate_weight(qg_ctx *ctx, qg_int_gru *g, int w, const qg_tensor *values, int bitwidth,
+                                      int is_symmetric, int is_unsigned, int method, double percentile);
+/* One weight's request for qg_int_gru_calibrate_weights: calibrate (0: leave the quantizer alone),
+ * then the arguments of qg_int_gru_calibrate_weight. */
+typedef struct qg_wcalib {
+  int calibrate;
+  int bitwidth, is_symmetric, is_unsigned, method;
+  double percentile;
+} qg_wcalib;
+/* qg_int_gru_calibrate_weight for the four weights in one call: specs[QG_W_NUM] (QG_W_* order) and
+ * the weights W [3H, C], R [3H, H], bx, br [3H] (f32 on the layer's device; those not calibrated
+ * may be NULL). Every request is checked before any is applied; the ones that run on the device
+ * share one launch (tracking weights calls this once per layer and forward). */
+qg_status qg_int_gru_calibrate_weights(qg_ctx *ctx, qg_int_gru *g, const qg_wcalib *specs, const qg_tensor *W,
+                                       const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br);
+/* The per-channel exponents and zero points of weight quantizer w (QG_W_*) as the layer holds them,
+ * into exps and zps: i32 [3H] cpu tensors, each may be NULL. After qg_int_gru_calibrate_weight on
+ * a GPU this waits for the device (the context must be the layer's). */
+qg_status qg_int_gru_weight_quant(qg_ctx *ctx, qg_int_gru *g, int w, qg_tensor *exps, qg_tensor *zps);
 /* 1 when every quantizer has been set; else 0 and *missing names the first unset one. */
 int qg_int_gru_ready(const qg_int_gru *g, const char **missing);
 /* Bytes of saved cell state per (step, batch row, unit): codes of z_pre, r_pre, g_pre and

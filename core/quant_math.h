@@ -89,6 +89,50 @@ QG_HD int64_t qg_requant_real(double a, int s, qg_qp q, int *m) {
   return (int64_t)r;
 }
 
+/* The minmax rule of QUANT_SPEC.md section 5 on the range [lo, hi] (widened to include 0), for a
+ * quantizer of `bits` bits: *e, *z. Degenerate ranges (nothing but zeros) give e = bits - 1,
+ * z = 0; symmetric: e = floor(log2(qmax / max|x|)), z = 0; asymmetric: e from
+ * (qmax - qmin) / (hi - lo), then z = qmin - rne(lo 2^e), e stepped down by one while rne(hi 2^e)
+ * + z would clip (at most three tries). e is clamped to -31..31 (an infinite ratio gives 31, a
+ * zero one -31) and z to the grid.
+ * One function for the host (calibration, core/calib.c) and the device (the tracked weight
+ * quantizers, kernels/stats.cu). Everything but log2 is exact (comparisons, ldexp, nearbyint
+ * rounding half to even); log2 may differ by an ulp between the C library and CUDA, which cannot
+ * move floor() in the symmetric case on f32 data: qmax is an integer below 2^32 and max|x| an f32
+ * value, so qmax / max|x| is either exactly a power of two (log2 exact on both) or at least 2^-32
+ * away from one relatively, far beyond an ulp of log2. The device uses it for symmetric
+ * quantizers only. */
+QG_HD int qg_clamp_exp(double f) { return f != f || f < -31 ? -31 : (f > 31 ? 31 : (int)f); }
+
+QG_HD void qg_minmax_rule(double lo, double hi, int bits, int sym, int uns, int32_t *e, int32_t *z) {
+  if (lo > 0) lo = 0;
+  if (hi < 0) hi = 0;
+  const qg_qp g = qg_qp_make(bits, uns, 0, 0);
+  if (!(hi > lo) || (sym && uns && !(hi > 0))) {   /* degenerate */
+    *e = qg_clamp_exp((double)(bits - 1));
+    *z = 0;
+    return;
+  }
+  if (sym) {
+    const double m = uns ? hi : (hi > -lo ? hi : -lo);
+    const double top = g.qmax > 0 ? (double)g.qmax : 1.0;
+    *e = qg_clamp_exp(floor(log2(top / m)));
+    *z = 0;
+    return;
+  }
+  int ee = qg_clamp_exp(floor(log2((double)(g.qmax - g.qmin) / (hi - lo))));
+  for (int tries = 0; tries < 3; tries++) {
+    const int64_t zz = g.qmin - (int64_t)nearbyint(ldexp(lo, ee));
+    if ((int64_t)nearbyint(ldexp(hi, ee)) + zz > g.qmax && ee > -31) { ee--; continue; }
+    *e = ee;
+    *z = (int32_t)(zz < g.qmin ? g.qmin : (zz > g.qmax ? g.qmax : zz));
+    return;
+  }
+  const int64_t zz = g.qmin - (int64_t)nearbyint(ldexp(lo, ee));
+  *e = ee;
+  *z = (int32_t)(zz < g.qmin ? g.qmin : (zz > g.qmax ? g.qmax : zz));
+}
+
 /* (code - z) shifted from scale 2^-e up to the finer scale 2^-emax (emax >= e). */
 QG_HD qg_i128 qg_align(int64_t centered, int e, int emax) { return ((qg_i128)centered) * (((qg_i128)1) << (emax - e)); }
 

@@ -1488,9 +1488,6 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   int64_t *counts = obs ? (int64_t *)stats->counts->data : NULL;
   const int64_t *L = lengths ? (const int64_t *)lengths->data : NULL;
 
-  /* the 64-bit cell where its bounds hold (as the CPU decides) */
-  const int wide = qg_int_gru_needs_wide(g);
-
   /* W x: int8 tensor cores, or the fp64 GEMM (forced fallback path, operands above 16 bits, huge C) */
   const int wx_exact = xb <= 16 && wb <= 16;
   const int wx_mma = wx_exact && C < (1 << 17) && path != QG_PATH_FALLBACK;
@@ -1519,6 +1516,16 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     const double bound = (double)QG_C32_BOUND;
     a32 = (double)wmax * (double)qg_cell32_cmax(QX) * (double)C <= bound &&
           (double)rmax * (double)qg_cell32_cmax(QH) * (double)H <= bound && qg_cell32_setup(&c32, cq, 1);
+  }
+  /* the 64-bit cell where its bounds hold (as the CPU decides, from the bias exponents). Where
+   * those were derived on the device since the host last read them (tracked weights,
+   * qg_int_gru_calibrate_weight), the 32-bit mode runs units outside its bounds on the 128-bit
+   * cell (exact for any exponents) and nothing waits; other modes read them back first. */
+  int wide = 1;
+  if (!a32 || !(g->w_exp_stale[QG_W_BX] || g->w_exp_stale[QG_W_BR])) {
+    QG_CHECK(qg_int_gru_host_exps(ctx, g, QG_W_BX));
+    QG_CHECK(qg_int_gru_host_exps(ctx, g, QG_W_BR));
+    wide = qg_int_gru_needs_wide(g);
   }
   pk_plan pc;
   memset(&pc, 0, sizeof pc);

@@ -3,9 +3,15 @@
  * device tensor (f32 or f64) enters one statistics row through the shared observer of stats.cuh.
  * Min/max are first reduced within each warp (order-independent), so one compare-and-swap per warp
  * reaches global memory; histogram counts are integer atomics.
+ * Also the per-row reductions of per-channel weight calibration: qg_cuda_channel_minmax (min and
+ * max of each row, brought to the host) and qg_cuda_channel_minmax_quant (the minmax rule applied
+ * on the device, (e, z) written to device memory: the tracked weight quantizers of an integer GRU
+ * layer without a host synchronisation).
  */
 #include "cuda_common.cuh"
 #include "stats.cuh"
+
+#include <string.h>
 
 template <typename T>
 __global__ void stats_add_kernel(double *range, int64_t *counts, const T *values, int64_t n) {
@@ -81,4 +87,60 @@ extern "C" qg_status qg_cuda_channel_minmax(qg_ctx *ctx, double *range, const qg
   channel_minmax_kernel<<<(unsigned)rows, threads, 0, qg_cuda_stream(ctx)>>>((double *)dev, (const float *)w->data, rows, cols);
   QG_CHECK(qg_cuda_launched(ctx, fn));
   return qg_dev_memcpy(ctx, range, dev, 2 * rows * (int64_t)sizeof(double), 1);
+}
+
+/* Up to QG_W_NUM jobs of qg_cuda_channel_minmax_quant, by value; row0[i] = rows of jobs before i. */
+struct minmax_quant_jobs {
+  int32_t *exps[QG_W_NUM], *zps[QG_W_NUM];
+  const float *w[QG_W_NUM];
+  int64_t rows[QG_W_NUM], cols[QG_W_NUM], row0[QG_W_NUM + 1];
+  int bits[QG_W_NUM], sym[QG_W_NUM], uns[QG_W_NUM];
+  int n;
+};
+
+/* A warp per row (all jobs' rows in a row): min and max of the row (NaN ignored, exact in any
+ * order), then lane 0 applies the shared minmax rule (quant_math.h) and writes (e, z) of the row. */
+__global__ void channel_minmax_quant_kernel(const __grid_constant__ minmax_quant_jobs p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t gr = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  if (gr >= p.row0[p.n]) return;   /* whole warps leave together */
+  int j = 0;
+  while (gr >= p.row0[j + 1]) j++;
+  const int64_t r = gr - p.row0[j], cols = p.cols[j];
+  const float *w = p.w[j] + r * cols;
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const double v = (double)w[c];
+    if (v < mn) mn = v;
+    if (v > mx) mx = v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
+    mn = a < mn ? a : mn;
+    mx = b > mx ? b : mx;
+  }
+  if (lane == 0) {
+    if (!(mn <= mx)) mn = mx = 0;   /* a row of NaNs: degenerate */
+    qg_minmax_rule(mn, mx, p.bits[j], p.sym[j], p.uns[j], p.exps[j] + r, p.zps[j] + r);
+  }
+}
+
+extern "C" qg_status qg_cuda_channel_minmax_quant(qg_ctx *ctx, int n, int32_t *const *exps, int32_t *const *zps,
+                                                  const qg_tensor *const *w, const int *bitwidth, const int *is_symmetric,
+                                                  const int *is_unsigned) {
+  const char *fn = "qg_int_gru_calibrate_weights";
+  if (n < 1 || n > QG_W_NUM) return qg_fail(ctx, QG_ERR_ARG, fn, "%d jobs, expected 1..%d", n, QG_W_NUM);
+  minmax_quant_jobs p;
+  memset(&p, 0, sizeof p);
+  p.n = n;
+  for (int i = 0; i < n; i++) {
+    p.exps[i] = exps[i]; p.zps[i] = zps[i]; p.w[i] = (const float *)w[i]->data;
+    p.rows[i] = w[i]->dims[0]; p.cols[i] = w[i]->ndim == 2 ? w[i]->dims[1] : 1;
+    p.row0[i + 1] = p.row0[i] + p.rows[i];
+    p.bits[i] = bitwidth[i]; p.sym[i] = is_symmetric[i]; p.uns[i] = is_unsigned[i];
+  }
+  if (p.row0[n] == 0) return QG_OK;
+  const int threads = 256;
+  channel_minmax_quant_kernel<<<qg_cuda_blocks(p.row0[n] * 32, threads), threads, 0, qg_cuda_stream(ctx)>>>(p);
+  return qg_cuda_launched(ctx, fn);
 }

@@ -232,6 +232,93 @@ describe("calibration methods vs brute force over the same cost", function()
     assert.are.same({ 7, 4, 12 }, exps:totable())
     assert.are.same({ 0, 0, 0 }, zps:totable())
   end)
+  it("a layer derives its weight quantizers itself (qg_int_gru_calibrate_weight) and reads them back", function()
+    local H = 1
+    local out = ffi.new("qg_int_gru*[1]")
+    clib.check(ctx, lib.qg_int_gru_create(ctx, out, 2, H))
+    local g = ffi.gc(out[0], lib.qg_int_gru_free)
+    local exps, zps = qgru.zeros({ 3 }, "i32"), qgru.zeros({ 3 }, "i32")
+    -- W [3, 2]: 127 / max|row| = 254 -> 7; 31.75 -> 4; a row of zeros is degenerate: e = b - 1 = 7
+    local W = qgru.tensor({ { 0.5, -0.25 }, { 4, -3 }, { 0, 0 } })
+    clib.check(ctx, lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, W.t, 8, 1, 0, lib.QG_CALIB_MINMAX, 99.99))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, zps.t))
+    assert.are.same({ 7, 4, 7 }, exps:totable())
+    assert.are.same({ 0, 0, 0 }, zps:totable())
+    -- bx [3], 8-bit symmetric: 127 / 3 = 42.3 -> 5, 127 / 0.75 = 169.3 -> 7, 127 / 2 = 63.5 -> 5
+    local bx = qgru.tensor({ 3, 0.75, -2 })
+    clib.check(ctx, lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_BX, bx.t, 8, 1, 0, lib.QG_CALIB_MINMAX, 99.99))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_BX, exps.t, zps.t))
+    assert.are.same({ 5, 7, 5 }, exps:totable())
+    assert.are.same({ 0, 0, 0 }, zps:totable())
+    -- W again, 8-bit unsigned asymmetric: [-1, 3]: 255 / 4 = 63.75 -> e = 5, z = 0 - rne(-32) = 32
+    -- (rne(96) + 32 = 128 fits); [-1.5, 253.5] / 64: 255 / 3.984375 = 64 -> e = 6, z = -rne(-1.5) = 2,
+    -- but rne(253.5) + 2 = 256 clips, so e = 5: z = -rne(-0.75) = 1 (rne(126.75) + 1 = 128 fits);
+    -- zeros: degenerate
+    local Wa = qgru.tensor({ { -1, 3 }, { -1.5 / 64, 253.5 / 64 }, { 0, 0 } })
+    clib.check(ctx, lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, Wa.t, 8, 0, 1, lib.QG_CALIB_MINMAX, 99.99))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, zps.t))
+    assert.are.same({ 5, 5, 7 }, exps:totable())
+    assert.are.same({ 32, 1, 0 }, zps:totable())
+    clib.check(ctx, lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, W.t, 8, 1, 0, lib.QG_CALIB_MINMAX, 99.99))
+    -- the other methods give qg_calibrate_channels' answer (the same rows, the same code)
+    local R3 = qgru.zeros({ 3, 1 }):uniform(-2, 2)
+    local e2, z2 = qgru.zeros({ 3 }, "i32"), qgru.zeros({ 3 }, "i32")
+    clib.check(ctx, lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_R, R3.t, 6, 0, 0, lib.QG_CALIB_HISTOGRAM, 99.99))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_R, exps.t, zps.t))
+    clib.check(ctx, lib.qg_calibrate_channels(ctx, e2.t, z2.t, R3.t, 6, 0, 0, lib.QG_CALIB_HISTOGRAM, 99.99))
+    assert.are.same(e2:totable(), exps:totable())
+    assert.are.same(z2:totable(), zps:totable())
+    -- bad input names the weight and changes nothing
+    local st = lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, bx.t, 8, 1, 0, lib.QG_CALIB_MINMAX, 99.99)
+    assert.are_not.equal(lib.QG_OK, st)
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("W", 1, true))
+    st = lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, W.t, 8, 1, 0, lib.QG_CALIB_PERCENTILE, 10)
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("percentile", 1, true), ffi.string(lib.qg_last_error(ctx)))
+    st = lib.qg_int_gru_calibrate_weight(ctx, g, lib.QG_W_W, W.t, 0, 1, 0, lib.QG_CALIB_MINMAX, 99.99)
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("bitwidth", 1, true))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, nil))
+    assert.are.same({ 7, 4, 7 }, exps:totable())
+    st = lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_BR, exps.t, zps.t)
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("not been set", 1, true))
+    -- all four in one call (what tracking runs): checked completely before anything is applied
+    local specs = ffi.new("qg_wcalib[4]")
+    for i = 0, 3 do specs[i].calibrate, specs[i].bitwidth, specs[i].is_symmetric, specs[i].method = 1, 8, 1, lib.QG_CALIB_MINMAX end
+    local Rr = qgru.tensor({ { 1 }, { -0.5 }, { 0.25 } })
+    local W2 = qgru.tensor({ { 1, 0 }, { 2, 0 }, { 0.125, 0 } })
+    st = lib.qg_int_gru_calibrate_weights(ctx, g, specs, W2.t, Rr.t, bx.t, W.t)   -- br has the wrong shape
+    assert.is_truthy(ffi.string(lib.qg_last_error(ctx)):find("br", 1, true), ffi.string(lib.qg_last_error(ctx)))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, nil))
+    assert.are.same({ 7, 4, 7 }, exps:totable())   -- W unchanged
+    specs[3].calibrate = 0
+    clib.check(ctx, lib.qg_int_gru_calibrate_weights(ctx, g, specs, W2.t, Rr.t, bx.t, nil))
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_W, exps.t, nil))
+    assert.are.same({ 6, 5, 9 }, exps:totable())   -- 127 / 1 = 127, / 2 = 63.5, / 0.125 = 1016
+    clib.check(ctx, lib.qg_int_gru_weight_quant(ctx, g, lib.QG_W_R, exps.t, nil))
+    assert.are.same({ 6, 7, 8 }, exps:totable())
+  end)
+
+  it("tracked weight quantizers describe the weights of the last forward, and q.exps shows them", function()
+    qgru.seed(5)
+    local gru = nn.GRU(3, 4)
+    quant.prepare(gru, quant.uniform(8))
+    quant.calibrate(gru, { qgru.zeros({ 5, 2, 3 }):uniform(-1, 1) }, { method = "minmax" })
+    local W = gru.weights[0][0].W
+    W:narrow(1, 1, 1):mul(64)   -- row 0 grows 64x: its exponent drops by 6
+    gru:forward(qgru.zeros({ 5, 2, 3 }):uniform(-1, 1))
+    local q = quant.get(gru, "l0.fwd.weight.W")
+    -- reference: the largest e with max|row| * 2^e <= 127
+    local want = {}
+    for r = 1, 12 do
+      local m = 0
+      for c = 1, 3 do m = math.max(m, math.abs(W:get(r, c))) end
+      local e = 31
+      while e > -31 and m * 2 ^ e > 127 do e = e - 1 end
+      want[r] = e
+    end
+    assert.are.same(want, q.exps:totable())
+    assert.are.same(want, (q:get()))
+  end)
+
   it("leaves fixed sigmoid/tanh output quantizers untouched", function()
     qgru.seed(3)
     local gru = nn.GRU(2, 3)

@@ -135,6 +135,7 @@ function M.exportWeights(model, path)
         local dt = (q.bitwidth <= 8 and (q.is_unsigned and "u8" or "i8")) or (q.bitwidth <= 16 and not q.is_unsigned and "i16") or "i32"
         local name = module_name(g) .. "." .. lq.name .. "." .. ({ "W", "R", "bx", "br" })[i]
         t[name] = lq:weightCodes(i):to(dt)
+        q:sync()
         t[name .. ".exp2_inv"] = q.exps
         t[name .. ".zero_point"] = q.zps
       end

@@ -4,7 +4,10 @@
 -- which holds the resolved quantizers, activation and derivative tables, weight codes and masks
 -- on the GRU's device. The 13 activation and 4 per-channel weight Quantizer objects are views:
 -- each change (calibration, set, setBitwidth, load) is pushed to the C layer at once, and the C
--- layer validates it. nn.GRU runs the layers and directions and calls GRUQuant:forwardLayer /
+-- layer validates it. Weight quantizers are derived from the weights by the C layer itself
+-- (qg_int_gru_calibrate_weight: on a GPU, symmetric minmax runs on the device with no host
+-- synchronisation, every forward when tracking); their host tensors are pulled from the layer
+-- when read (Quantizer:markDerived, LayerQuant:pull). nn.GRU runs the layers and directions and calls GRUQuant:forwardLayer /
 -- :backwardLayer when the state is enabled.
 --
 -- Modes: "qat" (the integer forward; the default once calibrated), "calib_float" (the float
@@ -61,9 +64,11 @@ function LayerQuant:_newStats()
   self.stats.range, self.stats.counts = self.range.t, self.counts.t
 end
 
--- Releases the C layer now (also done by the garbage collector); idempotent.
+-- Releases the C layer now (also done by the garbage collector); idempotent. Per-channel
+-- parameters the layer derived are pulled first, so the quantizers keep them.
 function LayerQuant:free()
   if self.handle then
+    for _, q in ipairs(self.w) do q:sync() end
     lib.qg_int_gru_free(ffi.gc(self.handle, nil))
     self.handle = nil
   end
@@ -72,6 +77,7 @@ end
 -- Pushes one quantizer's parameters to the C layer (called by Quantizer:set and friends).
 function LayerQuant:push(q)
   if not q.calibrated or not self.handle then return end
+  q:sync()
   local ctx = clib.context(self.device)
   if q.per_channel then
     self.gru:ccall(ctx, lib.qg_int_gru_set_weight_quant(ctx, self.handle, q.slot, q.bitwidth, q.is_unsigned and 1 or 0,
@@ -80,6 +86,14 @@ function LayerQuant:push(q)
     local s = ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)
     self.gru:ccall(ctx, lib.qg_int_gru_set_act(ctx, self.handle, q.slot, s))
   end
+end
+
+-- Reads weight quantizer q's per-channel parameters from the C layer into its host tensors
+-- (waits for the device when they were derived there).
+function LayerQuant:pull(q)
+  local ctx = clib.context(self.device)
+  self.gru:ccall(ctx, lib.qg_int_gru_weight_quant(ctx, self.handle, q.slot, q.exps.t, q.zps.t))
+  q._stale = false
 end
 
 -- Every quantizer of this layer and direction: {op = Quantizer}.
@@ -97,20 +111,33 @@ function LayerQuant:ready()
 end
 
 -- Weight quantizers that track their weights are calibrated from the current values (per
--- channel, with the weight method) and pushed to the C layer, which quantizes the weights
--- itself in every forward.
+-- channel, with the weight method) by the C layer, which quantizes the weights itself in every
+-- forward. On a GPU the default (symmetric minmax) stays on the device: the host tensors are
+-- pulled only when read.
 function LayerQuant:calibrateWeights(method, percentile)
   local wts = self.gru.weights[self.l][self.d]
+  local specs = self._wspecs or ffi.new("qg_wcalib[?]", lib.QG_W_NUM)
+  self._wspecs = specs
+  local any = false
   for i, q in ipairs(self.w) do
+    local s = specs[i - 1]
+    s.calibrate = 0
     if q:calibratable() and (self.gru.qstate.track_weights or not q.calibrated) then
-      local w = wts[WEIGHT_FIELD[i]]
-      local ctx = clib.context(w:device())   -- on a GPU the rows are reduced there (minmax)
-      self.gru:ccall(ctx, lib.qg_calibrate_channels(ctx, q.exps.t, q.zps.t, w.t, q.bitwidth, q.is_symmetric and 1 or 0,
-                                                   q.is_unsigned and 1 or 0, METHODS[method or q.method or "minmax"],
-                                                   percentile or 99.99))
+      local m = method or q.method or "minmax"
+      s.calibrate, s.bitwidth, s.is_symmetric, s.is_unsigned = 1, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0
+      s.method, s.percentile = METHODS[m], percentile or 99.99
+      any = true
+    end
+  end
+  if not any then return end
+  local ctx = clib.context(self.device)
+  self.gru:ccall(ctx, lib.qg_int_gru_calibrate_weights(ctx, self.handle, specs, wts.W.t, wts.R.t, wts.bx.t, wts.br.t))
+  for i, q in ipairs(self.w) do
+    if specs[i - 1].calibrate ~= 0 then
       q.method = method or q.method or "minmax"
       q.calibrated = true
-      self:push(q)
+      q:markDerived()
+      if self.device == "cpu" then q:sync() end   -- nothing to wait for: the host tensors stay current
     end
   end
 end
@@ -134,6 +161,7 @@ end
 -- pushed again (they are the source of truth), the old layer released.
 function LayerQuant:to(device)
   if device == self.device then return self end
+  for _, q in ipairs(self.w) do q:sync() end   -- from the old layer
   local handle = new_handle(clib.context(device), self.C, self.H)
   local old = self.handle
   self.handle, self.device = handle, device

@@ -98,8 +98,13 @@ function quant.enable(model, on)
 end
 
 -- Freezes (or unfreezes) every quantizer: calibration and weight tracking leave them alone.
+-- Per-channel parameters the C layer derived on a GPU are pulled once here, so the frozen
+-- values are on the host (and the layer's host-side decisions no longer wait on them).
 function quant.freeze(model, on)
-  for _, e in ipairs(quant.quantizers(model)) do e.quantizer.frozen = on ~= false end
+  for _, e in ipairs(quant.quantizers(model)) do
+    if on ~= false and e.quantizer.per_channel then e.quantizer:sync() end
+    e.quantizer.frozen = on ~= false
+  end
 end
 
 -- Calibration (quant/calibrate.lua): opts method, passes, weight_method, percentile, batches,

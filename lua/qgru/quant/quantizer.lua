@@ -5,6 +5,14 @@
 -- config), frozen (calibration leaves it alone), calibrated.
 -- Grids, fixed ranges and the rounding rule come from the C library (core/quant.c): nothing
 -- here re-implements them. A quantizer of a C layer pushes every change to it (owner:push).
+--
+-- Per-channel parameters live in the host tensors q.exps and q.zps (i32 [channels]). Weight
+-- quantizers that track their weights are derived by the C layer itself (on a GPU, on the
+-- device, without waiting for it): the owner then marks the host tensors stale (:markDerived)
+-- and :sync() pulls the layer's current values into them (owner:pull). Every reader in the
+-- library (get, scale, print, setBitwidth, quant.state / export / exportWeights, moving the
+-- model) syncs first, so it sees the values the next forward uses; code that reads q.exps or
+-- q.zps directly calls q:sync() first (a no-op unless the layer changed them on a GPU).
 local class = require("qgru.class")
 local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
@@ -55,6 +63,16 @@ end
 -- Pushes the current parameters to the owning C layer (which validates them).
 function Quantizer:invalidate() if self.owner then self.owner:push(self) end end
 
+-- The owning C layer has derived new per-channel parameters (maybe still on the device): the
+-- host tensors are pulled from it when next read.
+function Quantizer:markDerived() self._stale = true end
+
+-- Pulls stale per-channel parameters from the owning layer (waits for its device then).
+function Quantizer:sync()
+  if self._stale then self.owner:pull(self) end
+  return self
+end
+
 -- Sets e and z (numbers, or per-channel lists / numbers broadcast over the channels).
 function Quantizer:set(e, z, info)
   info = info or {}
@@ -76,6 +94,7 @@ function Quantizer:set(e, z, info)
     for c = 1, self.channels do one(es and es[c] or e, zs and zs[c] or z, "[" .. (c - 1) .. "]") end
     local ep, zp = self.exps:ptr(), self.zps:ptr()
     for c = 1, self.channels do ep[c - 1] = es and es[c] or e; zp[c - 1] = zs and zs[c] or z end
+    self._stale = false
   else
     one(e, z, "")
     self.e, self.z = e, z
@@ -90,13 +109,14 @@ end
 -- Per-tensor: e, z. Per-channel: lists.
 function Quantizer:get()
   if not self.per_channel then return self.e, self.z end
+  self:sync()
   local es, zs, ep, zp = {}, {}, self.exps:ptr(), self.zps:ptr()
   for c = 1, self.channels do es[c], zs[c] = ep[c - 1], zp[c - 1] end
   return es, zs
 end
 
 function Quantizer:ready() return self.calibrated end
-function Quantizer:freeze() self.frozen = true; return self end
+function Quantizer:freeze() self.frozen = true; return self:sync() end
 function Quantizer:unfreeze() self.frozen = false; return self end
 function Quantizer:pin(e, z) self:set(e, z or 0, { method = "pinned" }); self.pinned = true; return self end
 function Quantizer:unpin() self.pinned = false; return self end
