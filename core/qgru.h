@@ -99,9 +99,10 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
  * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call
  * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
- * (small H only). The integer GRU's persistent forward takes `cluster` and tiles of 8 x `rows`
- * batch rows (splits and storage do not apply); its STE backward takes cluster, rows and splits
- * (its R~ is always in shared memory; storage does not apply). A call that cannot run the forced
+ * (small H only; 3 is taken as 2 by the float GRU). The integer GRU's persistent forward takes `cluster` and tiles of 8 x `rows`
+ * batch rows (splits and storage do not apply); its STE backward takes cluster, rows, splits and
+ * storage (R~ in shared memory: 1, in registers: 2, in registers with the cell on warps of its own,
+ * one row per block: 3). A call that cannot run the forced
  * shape takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
  * QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);

@@ -65,40 +65,15 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
     D.hs[(int64_t)pn * H + pj] = D.h0 ? D.h0[(int64_t)pn * H + pj] : 0.0f;
     for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(q);
   }
-  /* step s's outputs, written after the barrier that publishes its h (during step s + 1, off the
-   * step's dependent chain), with the prefetch of step s + PERSIST_PREFETCH - 1 into the slot step
-   * s - 1 used (issued before step s + 1 waits for its own group: the groups' order is unchanged) */
-  float oh = 0.0f, oz = 0.0f, orr = 0.0f, og = 0.0f, oq = 0.0f;
-  auto flush = [&](int s) {
-    if (!pact || s < 0) return;
-    float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-    if (s < L) {
-      const int t = D.reverse ? L - 1 - s : s;
-      D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = oh;
-      if (D.gates) { gp[0] = oz; gp[H] = orr; gp[2 * H] = og; gp[3 * H] = oq; }
-    } else {   /* padded: y at time index s is 0 */
-      D.y[((int64_t)s * N + pn) * a.Hy + D.y_offset + pj] = 0.0f;
-      if (D.gates) { gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f; }
-    }
-    issue(s + PERSIST_PREFETCH - 1);
-    D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = oh;
-  };
 
   cluster_barrier(K);
 
   for (int s = 0; s < T; s++) {
     const float *hc = hb + (s & 1) * NB * Hp;
-    const float *hr = hc + ms * KPT;
-    constexpr int PV = reg_pre<NB, KPT>::V;
-    float4 pre[PV][NB];
-#pragma unroll
-    for (int v = 0; v < PV; v++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(hr + b * Hp + 4 * v);
-    flush(s - 1);
     float acc[3 * NB];
 #pragma unroll
     for (int i = 0; i < 3 * NB; i++) acc[i] = 0.0f;
+    const float *hr = hc + ms * KPT;
     /* two chains per sum (even and odd groups of four entries), added at the end: shorter
      * dependent FMA chains, a fixed order */
     float acc2[3 * NB];
@@ -108,7 +83,7 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
     for (int i = 0; i < KPT; i += 4) {
 #pragma unroll
       for (int b = 0; b < NB; b++) {
-        const float4 h4 = i / 4 < PV ? pre[i / 4 < PV ? i / 4 : 0][b] : *reinterpret_cast<const float4 *>(hr + b * Hp + i);
+        const float4 h4 = *reinterpret_cast<const float4 *>(hr + b * Hp + i);
 #pragma unroll
         for (int g = 0; g < 3; g++) {
           float v = (i & 4) ? acc2[g * NB + b] : acc[g * NB + b];
@@ -133,12 +108,25 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
       float h;
       cp_async_wait_step();
       if (s < L) {
+        const int t = D.reverse ? L - 1 - s : s;
         const float *w = ring + ((s % PERSIST_PREFETCH) * NBHk + pi) * 3;
-        h = gru_cell<false>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, oz, orr, og, oq, a.range, a.counts);
-      } else {   /* padded: the state stays */
+        float z, r, g, q;
+        h = gru_cell<false>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
+        D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = h;
+        if (D.gates) {
+          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+          gp[0] = z; gp[H] = r; gp[2 * H] = g; gp[3 * H] = q;
+        }
+      } else {   /* padded: the state stays, y at time index s is 0 */
         h = hp;
+        D.y[((int64_t)s * N + pn) * a.Hy + D.y_offset + pj] = 0.0f;
+        if (D.gates) {
+          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
+          gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f;
+        }
       }
-      oh = h;
+      issue(s + PERSIST_PREFETCH - 1);
+      D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = h;
       float *dst = hb + ((s + 1) & 1) * NB * Hp + pb * Hp + pj;
       if (K == 1) *dst = h;
       else
@@ -146,7 +134,6 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
     }
     cluster_barrier(K);
   }
-  flush(T - 1);
 }
 
 template <int NB, int KPT>
@@ -278,6 +265,9 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
  * 12, 24, 48 (KPT registers; rows 1..8) and 96 (rows 1, 2). Shares above 48 registers of R run at
  * most persist_reg_threads(...) = 256 threads per block (255 registers per thread). */
 const void *persist_reg_kernel(int bwd, int NB, int KPT) {
+  if (bwd && KPT == 96) return NB == 1 ? (const void *)bwd_reg_kernel<1, 96> : NB == 2 ? (const void *)bwd_reg_kernel<2, 96> : NULL;
+  if (!bwd && KPT == 32) return NB == 1 ? (const void *)fwd_reg_kernel<1, 32> : NB == 2 ? (const void *)fwd_reg_kernel<2, 32> : NULL;
+  if (!bwd && KPT == 64) return NB == 1 ? (const void *)fwd_reg_kernel<1, 64> : NULL;
 #define QG_REG_K(nb)                                                                                            \
   if (NB == nb) {                                                                                               \
     if (bwd) return KPT == 12 ? (const void *)bwd_reg_kernel<nb, 12> : KPT == 24 ? (const void *)bwd_reg_kernel<nb, 24> \
@@ -287,8 +277,5 @@ const void *persist_reg_kernel(int bwd, int NB, int KPT) {
   }
   QG_REG_K(1) QG_REG_K(2) QG_REG_K(4) QG_REG_K(8)
 #undef QG_REG_K
-  if (bwd && KPT == 96) return NB == 1 ? (const void *)bwd_reg_kernel<1, 96> : NB == 2 ? (const void *)bwd_reg_kernel<2, 96> : NULL;
-  if (!bwd && KPT == 32) return NB == 1 ? (const void *)fwd_reg_kernel<1, 32> : NB == 2 ? (const void *)fwd_reg_kernel<2, 32> : NULL;
-  if (!bwd && KPT == 64 && NB == 1) return (const void *)fwd_reg_kernel<1, 64>;
   return NULL;
 }

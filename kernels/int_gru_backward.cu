@@ -108,9 +108,9 @@ enum { BP_MAX_THREADS = 512, BP_MAX_WORDS = 5 };
 /* One configuration: clusters of K CTAs of `threads` threads, Hk units per CTA, NB rows per
  * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA;
  * KPT = 0: R~ in shared memory (bwd_persist_kernel), else R~ in registers, KPT entries per thread
- * (bwd_reg_kernel). */
+ * (bwd_reg_kernel; WS = 1: bwd_ws_kernel, the roles on separate warps, K = NB = 1). */
 struct bp_plan {
-  int K, Hk, NB, S, threads, groups, smem, KPT;
+  int K, Hk, NB, S, threads, groups, smem, KPT, WS;
 };
 
 /* A (row, unit)'s inputs of one step, loaded a step ahead: the saved record as 32-bit words (cb is
@@ -361,6 +361,102 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   if (pact) dh_io[(int64_t)pn * H + pi] = dh;
 }
 
+/* The register variant with the roles split over warps (one batch row per CTA, no cluster): the
+ * first mvt = Hk S threads (whole warps) hold R~ in registers and form dq R~ as bwd_reg_kernel does
+ * (S lanes per unit, KPT entries each, four chains, group_sum); the following warps hold one unit
+ * each and run its STE cell. Step s: the cell thread sets dh = keep + the unit's sum of the step
+ * before, runs the cell and writes its dq into shared memory; barrier; the matrix-vector warps form
+ * the sums while the cell warps store step s's outputs, derive step s - 1's values and load step
+ * s - 2's record; barrier. Two block barriers per step, but the cell's per-step work no longer
+ * occupies the warps of the product (each warp's instructions are what a step waits for). */
+template <int KPT>
+__global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = (int)p.H, H3 = 3 * H, T = (int)p.T, S = c.S, Jp = c.S * KPT;
+  const int pn = blockIdx.x;
+  float *qb = sm;          /* [Jp]: the row's dq, zero past 3H */
+  float *sums = qb + Jp;   /* [H]: (dq R~)[i] of the step */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int mvt = (H * S + 31) & ~31;
+  const bool mvr = tid < mvt;
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[KPT];   /* R~[ms KPT + i][mu]; 0 past 3H, past H and in the cell warps */
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (mvr && mu < H && j < H3) ? p.Rf[(int64_t)j * H + mu] : 0.0f;
+  }
+  for (int q = tid; q < Jp + H; q += nth) sm[q] = 0.0f;
+
+  const int pi = tid - mvt;
+  const bool pact = !mvr && pi < H;
+  const int64_t L = pact ? length_at(p.L, pn, T) : 0;
+  float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f, keep = 0.0f;
+  step_in in;
+  step_vals cur;
+  if (pact) {
+    load_step(p, T - 1, pn, pi, L, in);
+    prepare_step(p, T - 1, L, in, cur);
+    load_step(p, T - 2, pn, pi, L, in);
+  }
+  __syncthreads();
+
+  for (int s = T - 1; s >= 0; s--) {
+    qg_cell_grad gr;
+    if (pact) {
+      if (s < T - 1) dh = keep + sums[pi];
+      float dq3[3] = {0.0f, 0.0f, 0.0f};
+      if (s < L) {
+        const float dH = dh + cur.dy;
+        qg_cell_backward_values(cur.v.mask, cur.v.z, cur.v.rr, cur.v.g, cur.v.dsz, cur.v.dsr, cur.v.dtg, cur.v.hp, cur.v.rhb, dH, &gr);
+        keep = gr.dhprev;
+        dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
+      } else {   /* padded: the state gradient passes through */
+        keep = dh;
+      }
+      qb[pi] = dq3[0]; qb[H + pi] = dq3[1]; qb[2 * H + pi] = dq3[2];
+    }
+    __syncthreads();
+    if (mvr) {
+      float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const float *qr = qb + ms * KPT;
+#pragma unroll
+      for (int i = 0; i < KPT; i += 4) {
+        const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
+        float v = ch[(i / 4) % 4];
+        v = fmaf(Rr[i], q4.x, v);
+        v = fmaf(Rr[i + 1], q4.y, v);
+        v = fmaf(Rr[i + 2], q4.z, v);
+        v = fmaf(Rr[i + 3], q4.w, v);
+        ch[(i / 4) % 4] = v;
+      }
+      float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
+      group_sum(acc, S);
+      if (ms == 0 && mu < H) sums[mu] = acc[0];
+    } else if (pact) {   /* off the dependent chain: step s's outputs, step s - 1's values, step s - 2's record */
+      if (s < L) {
+        const int64_t t = p.reverse ? L - 1 - s : s;
+        float *dpr = p.dp + (t * p.N + pn) * H3, *dqr = p.dq + ((int64_t)s * p.N + pn) * H3,
+              *bxr = p.bcx + ((int64_t)s * p.N + pn) * H3, *brr = p.bcr + ((int64_t)s * p.N + pn) * H3;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+          dpr[k * H + pi] = gr.dp[k];
+          dqr[k * H + pi] = gr.dq[k];
+          bxr[k * H + pi] = gr.dbx[k];
+          brr[k * H + pi] = gr.dbr[k];
+        }
+      } else {
+        pad_unit(p, s, pn, pi);
+      }
+      prepare_step(p, s - 1, L, in, cur);
+      load_step(p, s - 2, pn, pi, L, in);
+    }
+    __syncthreads();
+  }
+  if (pact) dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+}
+
 typedef void (*bp_kernel)(bwd_params, bp_plan, float *);
 
 /* The instantiated register shares KPT (those of the float backward): 12, 24, 48 with rows 1..8,
@@ -377,12 +473,15 @@ static bp_kernel bp_kernel_of(int NB, int KPT) {
   return NULL;
 }
 
-static bp_kernel bp_kernel_for(int NB, int KPT) {
+static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
+  if (WS) return NB != 1 ? NULL : KPT == 12 ? bwd_ws_kernel<12> : KPT == 24 ? bwd_ws_kernel<24> : KPT == 48 ? bwd_ws_kernel<48>
+                                   : KPT == 96 ? bwd_ws_kernel<96> : NULL;
   if (KPT == 96) return NB == 1 ? bwd_reg_kernel<1, 96> : NB == 2 ? bwd_reg_kernel<2, 96> : NULL;
   return bp_kernel_of(NB, KPT);
 }
 
-static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT) {
+static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT, int WS) {
+  if (WS) return 4 * (S * KPT + H);
   return KPT ? 4 * 2 * NB * S * KPT : 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk);
 }
 
@@ -408,6 +507,12 @@ static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t
   const int64_t blocks = (int64_t)c.groups * c.K;
   double waves = (double)((blocks + slots - 1) / slots);
   if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
+  if (c.WS) {
+    /* roles on separate warps: the cell's dependent chain, two block barriers, and the larger of
+     * the product's FMAs per scheduler and the cell warps' other work (stores, look-ups, loads) */
+    const double mv = (double)((Hk * S / 32 + 3) / 4) * (c.KPT + 40.0);
+    return waves * (600.0 + 300.0 + (mv > 350.0 ? mv : 350.0) + c.KPT) / 1750.0;
+  }
   if (c.KPT) {
     /* R~ in registers: the float register backward's fit (gru_persist.cu, step_cycles: a fixed
      * cost, the threads, the (row, unit) pairs, the chain of KPT FMAs, the cluster's exchange),
@@ -449,7 +554,8 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
   double est[MAXC];
   int nc = 0;
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
-  /* where R~ is held: 0 either, 1 shared memory, 2 registers (qg_ctx_set_persist_shape's storage).
+  /* where R~ is held: 0 either, 1 shared memory, 2 registers, 3 registers with the roles on
+   * separate warps (qg_ctx_set_persist_shape's storage).
    * Unforced, the register variant is a candidate without clusters only: its three dq values per
    * unit go into every peer's shared memory, which made the float register backward slower than
    * the shared-memory one in clusters (bench/gpu.md, run 4's sweep). */
@@ -467,13 +573,15 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
       /* (S, KPT) pairs: shared memory (KPT = 0): S threads per unit, the most that fit and 1/2,
        * 1/4, 1/8 of that (or the forced count); registers: S = 1..32 lanes (powers of two,
        * NB <= S), KPT the smallest instantiated share that covers 3H / S */
-      int Ss[12], Kp[12], nsk = 0;
-      if (storage != 2) {
+      int Ss[24], Kp[24], nsk = 0;
+      if (storage == 0 || storage == 1) {
         int Smax = BP_MAX_THREADS / Hk;
         if (Smax > 3 * H) Smax = (int)(3 * H);
         const int fs = forced && ctx->persist_splits > 0 ? (ctx->persist_splits < Smax ? ctx->persist_splits : Smax) : 0;
         for (int S = fs ? fs : Smax, ns = 0; S >= 1 && ns < (fs ? 1 : 4); S /= 2, ns++) { Ss[nsk] = S; Kp[nsk++] = 0; }
       }
+      int Ws[24];
+      for (int q = 0; q < 24; q++) Ws[q] = 0;
       if (storage == 2 || (storage == 0 && K == 1))
         for (int S = 1; S <= 32; S *= 2) {
           if (S < NB || (forced && ctx->persist_splits > 0 && S != ctx->persist_splits)) continue;
@@ -485,13 +593,27 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
           if ((int64_t)Hk * S > persist_reg_threads(kpt) || !bp_kernel_for(NB, kpt)) continue;
           Ss[nsk] = S; Kp[nsk++] = kpt;
         }
+      /* the split roles (storage 3, or chosen): one row per CTA, no cluster; R~'s warps plus one
+       * thread per unit */
+      if ((storage == 3 || storage == 0) && K == 1 && NB == 1)
+        for (int S = 1; S <= 32 && nsk < 24; S *= 2) {
+          if (forced && ctx->persist_splits > 0 && S != ctx->persist_splits) continue;
+          const int64_t need = (3 * H + S - 1) / S;
+          int kpt = 0;
+          for (int i = 0; i < 4 && !kpt; i++)
+            if (BP_KPT[i] >= need) kpt = BP_KPT[i];
+          if (!kpt || (3 * H + kpt - 1) / kpt < S / 2 + 1) continue;
+          if (round_up(H * S, 32) + round_up(H, 32) > persist_reg_threads(kpt)) continue;
+          Ss[nsk] = S; Kp[nsk] = kpt; Ws[nsk++] = 1;
+        }
       for (int si = 0; si < nsk; si++) {
         const int S = Ss[si];
         bp_plan c;
-        c.K = K; c.Hk = Hk; c.NB = NB; c.S = S; c.KPT = Kp[si];
+        c.K = K; c.Hk = Hk; c.NB = NB; c.S = S; c.KPT = Kp[si]; c.WS = Ws[si];
         c.threads = (int)round_up(c.KPT ? Hk * S : (Hk * S > NB * Hk ? Hk * S : NB * Hk), 32);
+        if (c.WS) c.threads = (int)(round_up(H * S, 32) + round_up(H, 32));
         c.groups = (int)((N + NB - 1) / NB);
-        int64_t bytes = bp_smem(H, Hk, NB, S, c.KPT);
+        int64_t bytes = bp_smem(H, Hk, NB, S, c.KPT, c.WS);
         if (bytes > ctx->smem_optin || nc >= MAXC) continue;
         /* one CTA per multiprocessor (as the float kernels: a step waits for its slowest CTA) */
         if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
@@ -503,7 +625,7 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
     }
   }
   for (int i = 0; i < nc; i++) {
-    const bp_kernel f = bp_kernel_for(cand[i].NB, cand[i].KPT);
+    const bp_kernel f = bp_kernel_for(cand[i].NB, cand[i].KPT, cand[i].WS);
     int64_t slots = ctx->sm_count;
     if (cand[i].K > 1) {
       QG_CHECK(bp_prepare(ctx, fn, f));
@@ -694,7 +816,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
   bp.Rf = g->fq[QG_W_R];
   if (persistent) {
-    const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT);
+    const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
     QG_CHECK(bp_prepare(ctx, fn, f));
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t lc = bp_launch_config(ctx, pc, at);
