@@ -341,7 +341,12 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int th
     /* the FMAs one scheduler issues (a block's warps over the SM's four schedulers): the same for
      * every split of a unit's products while each scheduler has a warp, more when fewer warps */
     const double issue = (double)((threads / 32 + 3) / 4) * (bwd ? 1.0 : 3.0) * KPT * NB;
-    return 580.0 + (K > 1 ? 2.0 : 0.94) * threads + 5.0 * pairs + (bwd ? 10.0 * KPT : 0.0) + cluster + issue + obs;
+    /* the backward's longer chains (10 KPT, run 4's fit in clusters); one block per row group
+     * (K = 1), with its stores after the barrier, timed at long-kws on an H200: 2 lanes of 96
+     * entries 0.68 ms, 4 of 48 0.89, 8 of 24 1.04 (bench/gpu_runs/kws_bwd_d2_kws.log): the threads
+     * count, the chain does not */
+    const double chain = bwd && K > 1 ? 10.0 * KPT : 0.0;
+    return 580.0 + (K > 1 ? 2.0 : 0.94) * threads + 5.0 * pairs + chain + cluster + issue + obs;
   }
   const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0, cell = bwd ? 120.0 : 220.0;
   const double iters = (double)((int)kd + S - 1) / S;
