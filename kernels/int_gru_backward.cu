@@ -28,6 +28,13 @@
  *     product is strict fp32 in both math modes (more accurate than TF32, and the product is
  *     latency-bound, so TF32 would not be faster). R~ must fit: 12 H ceil(H / K) bytes plus the
  *     exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an H100/H200).
+ *     Two register variants (small H; qg_ctx_set_persist_shape storage 2 and 3, chosen by the
+ *     estimates without clusters): bwd_reg_kernel holds R~'s share in the registers of S lanes per
+ *     unit (the float register backward's layout, kernels/gru_persist_reg.cu), and bwd_ws_kernel
+ *     does the same on warps of its own while one thread per unit runs the cell (one row per CTA,
+ *     two block barriers per step); both take the cell's saved-state values a step ahead
+ *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
+ *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
  *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
  *     GEMM dh += dq_s R~ in the context's math mode.
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
