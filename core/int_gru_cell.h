@@ -593,22 +593,35 @@ QG_HD void qg_cell_backward_values(uint32_t mk, float z, float rr, float g, floa
   o->dhprev = dold * z;
 }
 
-QG_HD void qg_cell_backward(const qg_cell_q *q, const qg_cell_tables *tb, const qg_cell_out *s, int64_t hprev, float dH,
-                            qg_cell_grad *o) {
+/* The values the STE cell of one unit needs besides dH (qg_cell_backward_values' arguments): they
+ * depend only on the saved state, so a recurrence can derive them a step ahead of dH. */
+typedef struct {
+  float z, rr, g, dsz, dsr, dtg, hp, rhb;
+  uint32_t mask;
+} qg_cell_bvals;
+
+QG_HD void qg_cell_backward_prepare(const qg_cell_q *q, const qg_cell_tables *tb, const qg_cell_out *s, int64_t hprev,
+                                    qg_cell_bvals *v) {
   const qg_qp QH = q->a[QG_Q_OUTPUT_H], QRH = q->a[QG_Q_MATMUL_RH];
-  float z, rr, g, dsz, dsr, dtg;
   if (tb->val[0]) {
     const int64_t iz = s->zpre - q->a[QG_Q_Z_PRE].qmin, ir = s->rpre - q->a[QG_Q_R_PRE].qmin, ig = s->gpre - q->a[QG_Q_G_PRE].qmin;
-    z = tb->val[0][iz]; rr = tb->val[1][ir]; g = tb->val[2][ig];
-    dsz = tb->der[0][iz]; dsr = tb->der[1][ir]; dtg = tb->der[2][ig];
+    v->z = tb->val[0][iz]; v->rr = tb->val[1][ir]; v->g = tb->val[2][ig];
+    v->dsz = tb->der[0][iz]; v->dsr = tb->der[1][ir]; v->dtg = tb->der[2][ig];
   } else {
-    qg_cell_act_value(q, 0, s->zpre, &z, &dsz);
-    qg_cell_act_value(q, 1, s->rpre, &rr, &dsr);
-    qg_cell_act_value(q, 2, s->gpre, &g, &dtg);
+    qg_cell_act_value(q, 0, s->zpre, &v->z, &v->dsz);
+    qg_cell_act_value(q, 1, s->rpre, &v->rr, &v->dsr);
+    qg_cell_act_value(q, 2, s->gpre, &v->g, &v->dtg);
   }
-  const float hp = (float)((double)(hprev - QH.z) * ldexp(1.0, -QH.e));
-  const float rhb = (float)((double)(s->rhb - QRH.z) * ldexp(1.0, -QRH.e));
-  qg_cell_backward_values(s->mask, z, rr, g, dsz, dsr, dtg, hp, rhb, dH, o);
+  v->hp = (float)((double)(hprev - QH.z) * ldexp(1.0, -QH.e));
+  v->rhb = (float)((double)(s->rhb - QRH.z) * ldexp(1.0, -QRH.e));
+  v->mask = s->mask;
+}
+
+QG_HD void qg_cell_backward(const qg_cell_q *q, const qg_cell_tables *tb, const qg_cell_out *s, int64_t hprev, float dH,
+                            qg_cell_grad *o) {
+  qg_cell_bvals v;
+  qg_cell_backward_prepare(q, tb, s, hprev, &v);
+  qg_cell_backward_values(v.mask, v.z, v.rr, v.g, v.dsz, v.dsr, v.dtg, v.hp, v.rhb, dH, o);
 }
 
 #endif

@@ -117,6 +117,10 @@ struct PCfg {
   int KPT;    /* 0: R in shared memory (gru_persist.cu); else R in registers, KPT entries per thread
                * and gate (gru_persist_reg.cu) */
 };
+/* The most threads a register-variant block may run: 512 while R takes at most 48 of a thread's
+ * registers (128 per thread at 512), else 256 (up to 255 registers per thread). rregs: R's
+ * registers per thread (3 KPT forward, KPT backward). */
+__host__ __device__ constexpr int persist_reg_threads(int rregs) { return rregs <= 48 ? PERSIST_MAX_THREADS : 256; }
 /* The register-variant kernel for (backward?, rows per cluster, KPT), or NULL if not instantiated. */
 const void *persist_reg_kernel(int bwd, int NB, int KPT);
 

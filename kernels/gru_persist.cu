@@ -338,7 +338,15 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int th
   if (KPT) {
     const double pairs = (double)NB * Hk, remote = pairs * K * (bwd ? 3.0 : 1.0);
     const double cluster = K > 1 ? 600.0 + 40.0 * K + 2.5 * remote : 0.0;
-    return 580.0 + (K > 1 ? 2.0 : 0.94) * threads + 5.0 * pairs + (bwd ? 10.0 * KPT : 0.0) + cluster + obs;
+    /* the FMAs one scheduler issues (a block's warps over the SM's four schedulers): the same for
+     * every split of a unit's products while each scheduler has a warp, more when fewer warps */
+    const double issue = (double)((threads / 32 + 3) / 4) * (bwd ? 1.0 : 3.0) * KPT * NB;
+    /* the backward's longer chains (10 KPT, run 4's fit in clusters); one block per row group
+     * (K = 1), with its stores after the barrier, timed at long-kws on an H200: 2 lanes of 96
+     * entries 0.68 ms, 4 of 48 0.89, 8 of 24 1.04 (bench/gpu_runs/kws_bwd_d2_kws.log): the threads
+     * count, the chain does not */
+    const double chain = bwd && K > 1 ? 10.0 * KPT : 0.0;
+    return 580.0 + (K > 1 ? 2.0 : 0.94) * threads + 5.0 * pairs + chain + cluster + issue + obs;
   }
   const double kd = bwd ? 3.0 * H : (double)H, G = bwd ? 1.0 : 3.0, cell = bwd ? 120.0 : 220.0;
   const double iters = (double)((int)kd + S - 1) / S;
@@ -352,7 +360,7 @@ static double step_cycles(int bwd, int H, int Hk, int NB, int S, int KPT, int th
   return 1.3 * mv + red + cell + sync + 300.0 + obs;
 }
 
-static const int FWD_KPT[3] = {4, 8, 16}, BWD_KPT[3] = {12, 24, 48};
+static const int FWD_KPT[5] = {4, 8, 16, 32, 64}, BWD_KPT[4] = {12, 24, 48, 96};
 
 static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int ndirs, int observe, PCfg *cfg,
                                  double *est_us);
@@ -388,7 +396,8 @@ static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int 
   int nc = 0;
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
-  const int storage = ctx->persist_storage;   /* 0 either, 1 shared memory, 2 registers */
+  /* 0 either, 1 shared memory, 2 registers (3, the integer backward's split roles: registers) */
+  const int storage = ctx->persist_storage == 3 ? 2 : ctx->persist_storage;
   const int kd = bwd ? 3 * H : H;
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
@@ -401,9 +410,9 @@ static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int 
       if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > PERSIST_MAX_THREADS) break;
       /* (S, KPT) pairs: shared memory: S threads per unit, the most that fit and 1/2, 1/4, 1/8 of
-       * that (or the forced count); registers: S = 2..32 lanes (powers of two, NB <= S), KPT the
+       * that (or the forced count); registers: S = 1..32 lanes (powers of two, NB <= S), KPT the
        * smallest instantiated share that covers kd / S */
-      int Ss[12], Kp[12], ns = 0;
+      int Ss[16], Kp[16], ns = 0;
       if (storage != 2) {
         int Smax = PERSIST_MAX_THREADS / Hk;
         if (Smax > kd) Smax = kd;
@@ -413,15 +422,18 @@ static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int 
           for (int S = Smax; S >= 1 && ns < 4; S /= 2) { Ss[ns] = S; Kp[ns++] = 0; }
       }
       if (storage != 1 && !observe)
-        for (int S = 2; S <= 32; S *= 2) {
+        for (int S = 1; S <= 32; S *= 2) {
           if (S < NB || (forced && ctx->persist_splits > 0 && S != ctx->persist_splits)) continue;
           const int need = (kd + S - 1) / S;
           const int *set = bwd ? BWD_KPT : FWD_KPT;
+          const int nset = bwd ? 4 : 5;
           int kpt = 0;
-          for (int i = 0; i < 3 && !kpt; i++)
+          for (int i = 0; i < nset && !kpt; i++)
             if (set[i] >= need) kpt = set[i];
           if (!kpt || (kd + kpt - 1) / kpt < S / 2 + 1) continue;   /* no lane group more than half idle */
-          if (Hk * S > PERSIST_MAX_THREADS) continue;
+          if (Hk * S > persist_reg_threads(bwd ? kpt : 3 * kpt) || !persist_reg_kernel(bwd, NB, kpt)) continue;
+          /* the large shares (R in more than 48 registers) were timed without clusters only */
+          if (!forced && K > 1 && kpt > (bwd ? 48 : 16)) continue;
           Ss[ns] = S; Kp[ns++] = kpt;
         }
       for (int si = 0; si < ns; si++) {

@@ -1,7 +1,9 @@
 /*
  * gru_persist.cuh: device helpers of the persistent recurrent kernels (kernels/gru_persist.cu: R in
- * shared memory; kernels/gru_persist_reg.cu: R in registers): the cluster barrier, per-thread
- * asynchronous copies for the prefetch rings, and the fixed-order sum of partial dot products.
+ * shared memory; kernels/gru_persist_reg.cu: R in registers; the integer STE backward of
+ * kernels/int_gru_backward.cu, both storages): the cluster barrier, per-thread asynchronous copies
+ * for the prefetch rings, and the fixed-order sums of partial dot products (shared-memory partials,
+ * lane butterflies).
  */
 #ifndef QGRU_GRU_PERSIST_CUH
 #define QGRU_GRU_PERSIST_CUH
@@ -60,5 +62,24 @@ __device__ __forceinline__ float sum_partials(const float *p, int n, int stride)
   for (; q < n; q++) a0 += p[q * stride];
   return (a0 + a1) + (a2 + a3);
 }
+
+/* The butterfly over the S lanes of a unit's group (S a power of two, at most 32, the group within
+ * one warp; every lane of the warp calls it): afterwards each lane holds the full sum, the same
+ * bits in every lane. */
+template <int NV>
+__device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
+  for (int o = S >> 1; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+}
+
+/* How many of a step's float4 state words per row a thread reads into registers before the work
+ * that does not depend on them (the previous step's global stores, the prefetch): their
+ * shared-memory latency then overlaps that work. */
+template <int NB, int KPT>
+struct reg_pre {
+  static constexpr int W = NB >= 4 ? 1 : 4 / NB;   /* at most 16 registers while NB <= 4 */
+  static constexpr int V = KPT / 4 < W ? KPT / 4 : W;
+};
 
 #endif

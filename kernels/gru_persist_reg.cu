@@ -13,16 +13,8 @@
  */
 #include "gru_persist.cuh"
 
-/* the butterfly over the S lanes of a unit's group: afterwards each lane holds the full sum */
-template <int NV>
-__device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
-  for (int o = S >> 1; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
-}
-
 template <int NB, int KPT>
-__global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_reg_kernel(const FwdArgs a, const PCfg c) {
+__global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kernel(const FwdArgs a, const PCfg c) {
   extern __shared__ __align__(16) float sm[];
   const FwdDir D = blockIdx.y ? a.d1 : a.d0;
   const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K;
@@ -145,7 +137,7 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_reg_kernel(const F
 }
 
 template <int NB, int KPT>
-__global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const BwdArgs a, const PCfg c) {
+__global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(const BwdArgs a, const PCfg c) {
   extern __shared__ __align__(16) float sm[];
   const BwdDir D = blockIdx.y ? a.d1 : a.d0;
   const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K, H3 = 3 * a.H;
@@ -195,28 +187,20 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const B
 
   for (int s = T - 1; s >= 0; s--) {
     float *qc = qb + (s & 1) * NB * Jp;
-    float keep = 0.0f;
+    float keep = 0.0f, dz = 0.0f, dr = 0.0f, dg = 0.0f, dgr = 0.0f;
+    int tp = s;   /* the time index of dp's row */
     if (pact) {
-      float dz = 0.0f, dr = 0.0f, dgr = 0.0f;
       cp_async_wait_step();
       if (s < L) {
         const float *v = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + pi) * 6;
         const float gz = v[0], gr = v[1], gg = v[2], gq = v[3], hp = v[4];
-        const int t = D.reverse ? L - 1 - s : s;
+        tp = D.reverse ? L - 1 - s : s;
         const float dht = D.dy ? dh + v[5] : dh;
-        float dg;
         gru_cell_backward(gz, gr, gg, gq, hp, dht, dz, dr, dg, keep);
         dgr = dg * gr;
-        float *dp = D.dp + ((int64_t)t * N + pn) * H3 + pj;
-        dp[0] = dz; dp[H] = dr; dp[2 * H] = dg;
       } else {   /* padded: the state gradient passes through; no gate gradients */
         keep = dh;
-        float *dp = D.dp + ((int64_t)s * N + pn) * H3 + pj;
-        dp[0] = 0.0f; dp[H] = 0.0f; dp[2 * H] = 0.0f;
       }
-      issue(s - (PERSIST_PREFETCH - 1));
-      float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
-      dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
       float *dst = qc + pb * Jp + pj;
       if (K == 1) {
         dst[0] = dz; dst[H] = dr; dst[2 * H] = dgr;
@@ -228,18 +212,31 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const B
       }
     }
     cluster_barrier(K);
+    const float *qr = qc + ms * KPT;
+    constexpr int PV = reg_pre<NB, KPT>::V;
+    float4 pre[PV][NB];
+#pragma unroll
+    for (int v = 0; v < PV; v++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(qr + b * Jp + 4 * v);
+    if (pact) {   /* off the dependent chain: step s's dp and dq, the prefetch into the slot step s + 1 used */
+      float *dp = D.dp + ((int64_t)tp * N + pn) * H3 + pj;
+      dp[0] = dz; dp[H] = dr; dp[2 * H] = dg;
+      issue(s - (PERSIST_PREFETCH - 1));
+      float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
+      dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
+    }
     /* four chains per sum (groups of four entries, round robin), added in a fixed order */
     float ch[4][NB];
 #pragma unroll
     for (int c4 = 0; c4 < 4; c4++)
 #pragma unroll
       for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
-    const float *qr = qc + ms * KPT;
 #pragma unroll
     for (int i = 0; i < KPT; i += 4) {
 #pragma unroll
       for (int b = 0; b < NB; b++) {
-        const float4 q4 = *reinterpret_cast<const float4 *>(qr + b * Jp + i);
+        const float4 q4 = i / 4 < PV ? pre[i / 4 < PV ? i / 4 : 0][b] : *reinterpret_cast<const float4 *>(qr + b * Jp + i);
         float v = ch[(i / 4) % 4][b];
         v = fmaf(Rr[i], q4.x, v);
         v = fmaf(Rr[i + 1], q4.y, v);
@@ -263,9 +260,14 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_reg_kernel(const B
   if (pact && D.dh0) D.dh0[(int64_t)pn * H + pj] = dh;
 }
 
-/* The instantiated register shares: forward KPT 4, 8, 16 (3 KPT registers of R per thread),
- * backward 12, 24, 48 (KPT registers); rows per cluster 1, 2, 4, 8. */
+/* The instantiated register shares: forward KPT 4, 8, 16 (3 KPT registers of R per thread; rows
+ * per cluster 1, 2, 4, 8), 32 (rows 1, 2) and 64 (one row: one thread per unit, H <= 64); backward
+ * 12, 24, 48 (KPT registers; rows 1..8) and 96 (rows 1, 2). Shares above 48 registers of R run at
+ * most persist_reg_threads(...) = 256 threads per block (255 registers per thread). */
 const void *persist_reg_kernel(int bwd, int NB, int KPT) {
+  if (bwd && KPT == 96) return NB == 1 ? (const void *)bwd_reg_kernel<1, 96> : NB == 2 ? (const void *)bwd_reg_kernel<2, 96> : NULL;
+  if (!bwd && KPT == 32) return NB == 1 ? (const void *)fwd_reg_kernel<1, 32> : NB == 2 ? (const void *)fwd_reg_kernel<2, 32> : NULL;
+  if (!bwd && KPT == 64) return NB == 1 ? (const void *)fwd_reg_kernel<1, 64> : NULL;
 #define QG_REG_K(nb)                                                                                            \
   if (NB == nb) {                                                                                               \
     if (bwd) return KPT == 12 ? (const void *)bwd_reg_kernel<nb, 12> : KPT == 24 ? (const void *)bwd_reg_kernel<nb, 24> \

@@ -28,6 +28,13 @@
  *     product is strict fp32 in both math modes (more accurate than TF32, and the product is
  *     latency-bound, so TF32 would not be faster). R~ must fit: 12 H ceil(H / K) bytes plus the
  *     exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an H100/H200).
+ *     Two register variants (small H; qg_ctx_set_persist_shape storage 2 and 3, chosen by the
+ *     estimates without clusters): bwd_reg_kernel holds R~'s share in the registers of S lanes per
+ *     unit (the float register backward's layout, kernels/gru_persist_reg.cu), and bwd_ws_kernel
+ *     does the same on warps of its own while one thread per unit runs the cell (one row per CTA,
+ *     two block barriers per step); both take the cell's saved-state values a step ahead
+ *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
+ *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
  *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
  *     GEMM dh += dq_s R~ in the context's math mode.
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
@@ -106,9 +113,11 @@ __global__ void bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s,
 enum { BP_MAX_THREADS = 512, BP_MAX_WORDS = 5 };
 
 /* One configuration: clusters of K CTAs of `threads` threads, Hk units per CTA, NB rows per
- * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA. */
+ * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA;
+ * KPT = 0: R~ in shared memory (bwd_persist_kernel), else R~ in registers, KPT entries per thread
+ * (bwd_reg_kernel; WS = 1: bwd_ws_kernel, the roles on separate warps, K = NB = 1). */
 struct bp_plan {
-  int K, Hk, NB, S, threads, groups, smem;
+  int K, Hk, NB, S, threads, groups, smem, KPT, WS;
 };
 
 /* A (row, unit)'s inputs of one step, loaded a step ahead: the saved record as 32-bit words (cb is
@@ -128,7 +137,7 @@ __device__ __forceinline__ void load_step(const bwd_params &p, int64_t s, int64_
   for (int k = 0; k < BP_MAX_WORDS; k++)
     if (k < nw) in.w[k] = src[k];
   in.hp = p.hq[e];
-  if (p.dy) in.dy = p.dy[(t * N + n) * p.Hy + p.y_offset + i];
+  in.dy = p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f;
 }
 
 /* dh: [N, H], the incoming dL/dh_T on entry, dL/dh_0 (before the h0 mask) on exit. */
@@ -198,19 +207,290 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   if (pact) dh_io[(int64_t)pn * H + pi] = dh;
 }
 
+/* ---- the persistent recurrence with R~ in registers ------------------------------------------------ */
+
+/* A (row, unit)'s STE values of one step (qg_cell_backward_prepare: table look-ups and
+ * dequantized codes) and its dy, derived a step before its dH is known. */
+struct step_vals {
+  qg_cell_bvals v;
+  float dy;
+};
+
+/* The saved record's words as qg_cell_unpack reads its bytes (little-endian; narrow: zpre | rpre
+ * << 16, gpre | rhb << 16 as offsets from each qmin, then the mask; else four int32 codes, then the
+ * mask), without taking the address of the register copy. */
+__device__ __forceinline__ void prepare_step(const bwd_params &p, int64_t s, int64_t Ln, const step_in &in, step_vals &o) {
+  if (s < 0 || s >= Ln) return;
+  const qg_cell_q &q = p.cell;
+  qg_cell_out su;
+  if (q.narrow) {
+    su.zpre = (int64_t)(in.w[0] & 0xffffu) + q.a[QG_Q_Z_PRE].qmin;
+    su.rpre = (int64_t)(in.w[0] >> 16) + q.a[QG_Q_R_PRE].qmin;
+    su.gpre = (int64_t)(in.w[1] & 0xffffu) + q.a[QG_Q_G_PRE].qmin;
+    su.rhb = (int64_t)(in.w[1] >> 16) + q.a[QG_Q_MATMUL_RH].qmin;
+    su.mask = in.w[2];
+  } else {
+    su.zpre = (int32_t)in.w[0]; su.rpre = (int32_t)in.w[1]; su.gpre = (int32_t)in.w[2]; su.rhb = (int32_t)in.w[3];
+    su.mask = in.w[4];
+  }
+  su.h = 0;
+  qg_cell_backward_prepare(&q, &p.tb, &su, in.hp, &o.v);
+  o.dy = in.dy;
+}
+
+/* The register variant of the recurrence (the float GRU's bwd_reg_kernel, kernels/gru_persist_reg.cu,
+ * with the STE cell): CTA k of a cluster owns units [k Hk, k Hk + Hk); unit mu's dot product
+ * dh[i] += sum_j dq[j] R~[j, i] is split over S consecutive lanes of one warp, lane ms holding R~'s
+ * entries j = ms KPT .. ms KPT + KPT - 1 of column k0 + mu in registers and reading the rows' dq
+ * from shared memory (qb [2][NB][S KPT], zero past 3H) as float4 broadcasts; four interleaved FMA
+ * chains per lane, added in a fixed order, then a butterfly of shuffles (group_sum). Lane ms = b
+ * runs row b's cell (NB <= S). One barrier per step (the one that publishes dq). What does not
+ * depend on dh is taken off the step's dependent chain: the saved record of step s - 2 is loaded
+ * and the table look-ups of step s - 1 are made during step s, and step s's global stores (dp, dq,
+ * bcx, bcr) are issued after its barrier. */
+template <int NB, int KPT>
+__global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = (int)p.H, H3 = 3 * H, N = (int)p.N, T = (int)p.T, Hk = c.Hk, S = c.S, K = c.K, Jp = c.S * KPT;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = K > 1 ? (int)cl.block_rank() : 0;
+  const int n0 = (blockIdx.x / K) * NB, rows = min(NB, N - n0);
+  const int k0 = rank * Hk, hk = min(Hk, H - k0);
+  float *qb = sm;   /* [2][NB][Jp] */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[KPT];   /* R~[ms KPT + i][k0 + mu]; 0 past 3H and past the CTA's units */
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (mu < hk && j < H3) ? p.Rf[(int64_t)j * H + k0 + mu] : 0.0f;
+  }
+  for (int q = tid; q < 2 * NB * Jp; q += nth) qb[q] = 0.0f;
+
+  /* (row, unit) role: lane ms = pb of unit mu */
+  const int pb = ms;
+  const bool pact = pb < NB && pb < rows && mu < hk;
+  const int pn = n0 + pb, pi = k0 + mu;
+  const int64_t L = pact ? length_at(p.L, pn, T) : 0;
+  float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f;
+  step_in in;
+  step_vals cur;
+  if (pact) {
+    load_step(p, T - 1, pn, pi, L, in);
+    prepare_step(p, T - 1, L, in, cur);
+    load_step(p, T - 2, pn, pi, L, in);
+  }
+
+  cluster_barrier(K);   /* every CTA's shared memory is set before any peer writes into it */
+
+  for (int s = T - 1; s >= 0; s--) {
+    float *qc = qb + (s & 1) * NB * Jp;
+    float keep = 0.0f;
+    qg_cell_grad gr;
+    if (pact) {
+      float dq3[3] = {0.0f, 0.0f, 0.0f};
+      if (s < L) {
+        const float dH = dh + cur.dy;
+        qg_cell_backward_values(cur.v.mask, cur.v.z, cur.v.rr, cur.v.g, cur.v.dsz, cur.v.dsr, cur.v.dtg, cur.v.hp, cur.v.rhb, dH, &gr);
+        keep = gr.dhprev;
+        dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
+      } else {   /* padded: the state gradient passes through */
+        keep = dh;
+      }
+      float *dst = qc + pb * Jp + pi;
+      if (K == 1) {
+        dst[0] = dq3[0]; dst[H] = dq3[1]; dst[2 * H] = dq3[2];
+      } else {
+        for (int rk = 0; rk < K; rk++) {
+          float *q = cl.map_shared_rank(dst, rk);
+          q[0] = dq3[0]; q[H] = dq3[1]; q[2 * H] = dq3[2];
+        }
+      }
+    }
+    cluster_barrier(K);
+    /* the first of this step's dq words into registers, then the work off the dependent chain */
+    const float *qr = qc + ms * KPT;
+    constexpr int PV = reg_pre<NB, KPT>::V;
+    float4 pre[PV][NB];
+#pragma unroll
+    for (int v = 0; v < PV; v++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(qr + b * Jp + 4 * v);
+    if (pact) {   /* step s's outputs, step s - 1's values, step s - 2's record */
+      if (s < L) {
+        const int64_t t = p.reverse ? L - 1 - s : s;
+        float *dpr = p.dp + (t * N + pn) * H3, *dqr = p.dq + ((int64_t)s * N + pn) * H3,
+              *bxr = p.bcx + ((int64_t)s * N + pn) * H3, *brr = p.bcr + ((int64_t)s * N + pn) * H3;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+          dpr[k * H + pi] = gr.dp[k];
+          dqr[k * H + pi] = gr.dq[k];
+          bxr[k * H + pi] = gr.dbx[k];
+          brr[k * H + pi] = gr.dbr[k];
+        }
+      } else {
+        pad_unit(p, s, pn, pi);
+      }
+      prepare_step(p, s - 1, L, in, cur);
+      load_step(p, s - 2, pn, pi, L, in);
+    }
+    float ch[4][NB];
+#pragma unroll
+    for (int c4 = 0; c4 < 4; c4++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KPT; i += 4) {
+#pragma unroll
+      for (int b = 0; b < NB; b++) {
+        const float4 q4 = i / 4 < PV ? pre[i / 4 < PV ? i / 4 : 0][b] : *reinterpret_cast<const float4 *>(qr + b * Jp + i);
+        float v = ch[(i / 4) % 4][b];
+        v = fmaf(Rr[i], q4.x, v);
+        v = fmaf(Rr[i + 1], q4.y, v);
+        v = fmaf(Rr[i + 2], q4.z, v);
+        v = fmaf(Rr[i + 3], q4.w, v);
+        ch[(i / 4) % 4][b] = v;
+      }
+    }
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = (ch[0][b] + ch[1][b]) + (ch[2][b] + ch[3][b]);
+    group_sum(acc, S);
+    if (pact) {
+      float sum = acc[0];
+#pragma unroll
+      for (int b = 1; b < NB; b++)
+        if (pb == b) sum = acc[b];
+      dh = keep + sum;
+    }
+  }
+  if (pact) dh_io[(int64_t)pn * H + pi] = dh;
+}
+
+/* The register variant with the roles split over warps (one batch row per CTA, no cluster): the
+ * first mvt = Hk S threads (whole warps) hold R~ in registers and form dq R~ as bwd_reg_kernel does
+ * (S lanes per unit, KPT entries each, four chains, group_sum); the following warps hold one unit
+ * each and run its STE cell. Step s: the cell thread sets dh = keep + the unit's sum of the step
+ * before, runs the cell and writes its dq into shared memory; barrier; the matrix-vector warps form
+ * the sums while the cell warps store step s's outputs, derive step s - 1's values and load step
+ * s - 2's record; barrier. Two block barriers per step, but the cell's per-step work no longer
+ * occupies the warps of the product (each warp's instructions are what a step waits for). */
+template <int KPT>
+__global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = (int)p.H, H3 = 3 * H, T = (int)p.T, S = c.S, Jp = c.S * KPT;
+  const int pn = blockIdx.x;
+  float *qb = sm;          /* [Jp]: the row's dq, zero past 3H */
+  float *sums = qb + Jp;   /* [H]: (dq R~)[i] of the step */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int mvt = (H * S + 31) & ~31;
+  const bool mvr = tid < mvt;
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[KPT];   /* R~[ms KPT + i][mu]; 0 past 3H, past H and in the cell warps */
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (mvr && mu < H && j < H3) ? p.Rf[(int64_t)j * H + mu] : 0.0f;
+  }
+  for (int q = tid; q < Jp + H; q += nth) sm[q] = 0.0f;
+
+  const int pi = tid - mvt;
+  const bool pact = !mvr && pi < H;
+  const int64_t L = pact ? length_at(p.L, pn, T) : 0;
+  float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f, keep = 0.0f;
+  step_in in;
+  step_vals cur;
+  if (pact) {
+    load_step(p, T - 1, pn, pi, L, in);
+    prepare_step(p, T - 1, L, in, cur);
+    load_step(p, T - 2, pn, pi, L, in);
+  }
+  __syncthreads();
+
+  for (int s = T - 1; s >= 0; s--) {
+    qg_cell_grad gr;
+    if (pact) {
+      if (s < T - 1) dh = keep + sums[pi];
+      float dq3[3] = {0.0f, 0.0f, 0.0f};
+      if (s < L) {
+        const float dH = dh + cur.dy;
+        qg_cell_backward_values(cur.v.mask, cur.v.z, cur.v.rr, cur.v.g, cur.v.dsz, cur.v.dsr, cur.v.dtg, cur.v.hp, cur.v.rhb, dH, &gr);
+        keep = gr.dhprev;
+        dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
+      } else {   /* padded: the state gradient passes through */
+        keep = dh;
+      }
+      qb[pi] = dq3[0]; qb[H + pi] = dq3[1]; qb[2 * H + pi] = dq3[2];
+    }
+    __syncthreads();
+    if (mvr) {
+      float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const float *qr = qb + ms * KPT;
+#pragma unroll
+      for (int i = 0; i < KPT; i += 4) {
+        const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
+        float v = ch[(i / 4) % 4];
+        v = fmaf(Rr[i], q4.x, v);
+        v = fmaf(Rr[i + 1], q4.y, v);
+        v = fmaf(Rr[i + 2], q4.z, v);
+        v = fmaf(Rr[i + 3], q4.w, v);
+        ch[(i / 4) % 4] = v;
+      }
+      float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
+      group_sum(acc, S);
+      if (ms == 0 && mu < H) sums[mu] = acc[0];
+    } else if (pact) {   /* off the dependent chain: step s's outputs, step s - 1's values, step s - 2's record */
+      if (s < L) {
+        const int64_t t = p.reverse ? L - 1 - s : s;
+        float *dpr = p.dp + (t * p.N + pn) * H3, *dqr = p.dq + ((int64_t)s * p.N + pn) * H3,
+              *bxr = p.bcx + ((int64_t)s * p.N + pn) * H3, *brr = p.bcr + ((int64_t)s * p.N + pn) * H3;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+          dpr[k * H + pi] = gr.dp[k];
+          dqr[k * H + pi] = gr.dq[k];
+          bxr[k * H + pi] = gr.dbx[k];
+          brr[k * H + pi] = gr.dbr[k];
+        }
+      } else {
+        pad_unit(p, s, pn, pi);
+      }
+      prepare_step(p, s - 1, L, in, cur);
+      load_step(p, s - 2, pn, pi, L, in);
+    }
+    __syncthreads();
+  }
+  if (pact) dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+}
+
 typedef void (*bp_kernel)(bwd_params, bp_plan, float *);
 
-static bp_kernel bp_kernel_of(int NB) {
-  switch (NB) {
-    case 1: return bwd_persist_kernel<1>;
-    case 2: return bwd_persist_kernel<2>;
-    case 4: return bwd_persist_kernel<4>;
-    case 8: return bwd_persist_kernel<8>;
-  }
+/* The instantiated register shares KPT (those of the float backward): 12, 24, 48 with rows 1..8,
+ * 96 with rows 1, 2 (at most persist_reg_threads(96) = 256 threads). */
+static const int BP_KPT[4] = {12, 24, 48, 96};
+
+static bp_kernel bp_kernel_of(int NB, int KPT) {
+#define QG_BP_K(nb)                                                                                      \
+  if (NB == nb)                                                                                          \
+    return KPT == 0 ? bwd_persist_kernel<nb> : KPT == 12 ? bwd_reg_kernel<nb, 12> : KPT == 24 ? bwd_reg_kernel<nb, 24> \
+         : KPT == 48 ? bwd_reg_kernel<nb, 48> : NULL;
+  QG_BP_K(1) QG_BP_K(2) QG_BP_K(4) QG_BP_K(8)
+#undef QG_BP_K
   return NULL;
 }
 
-static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S) { return 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk); }
+static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
+  if (WS) return NB != 1 ? NULL : KPT == 12 ? bwd_ws_kernel<12> : KPT == 24 ? bwd_ws_kernel<24> : KPT == 48 ? bwd_ws_kernel<48>
+                                   : KPT == 96 ? bwd_ws_kernel<96> : NULL;
+  if (KPT == 96) return NB == 1 ? bwd_reg_kernel<1, 96> : NB == 2 ? bwd_reg_kernel<2, 96> : NULL;
+  return bp_kernel_of(NB, KPT);
+}
+
+static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT, int WS) {
+  if (WS) return 4 * (S * KPT + H);
+  return KPT ? 4 * 2 * NB * S * KPT : 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk);
+}
 
 static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLaunchAttribute *at) {
   cudaLaunchConfig_t lc = {};
@@ -231,28 +511,44 @@ static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLa
  * of one thread's chain of loads and FMAs, the CTA's shared-memory loads and its FMAs. */
 static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t slots) {
   const double kd = 3.0 * (double)H, NB = c.NB, Hk = c.Hk, S = c.S;
+  const int64_t blocks = (int64_t)c.groups * c.K;
+  double waves = (double)((blocks + slots - 1) / slots);
+  if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
+  if (c.WS) {
+    /* roles on separate warps: the cell's dependent chain, two block barriers, and the larger of
+     * the product's FMAs per scheduler and the cell warps' other work (stores, look-ups, loads) */
+    const double mv = (double)((Hk * S / 32 + 3) / 4) * (c.KPT + 40.0);
+    return waves * (600.0 + 300.0 + (mv > 350.0 ? mv : 350.0) + c.KPT) / 1750.0;
+  }
+  if (c.KPT) {
+    /* R~ in registers: the float register backward's fit (gru_persist.cu, step_cycles: a fixed
+     * cost, the threads, the (row, unit) pairs, the chain of KPT FMAs, the cluster's exchange),
+     * plus the integer cell's STE values (their look-ups are made a step ahead) */
+    const double pairs = NB * Hk, remote = pairs * c.K * 3.0;
+    const double cluster = c.K > 1 ? 600.0 + 40.0 * c.K + 2.5 * remote : 0.0;
+    const double issue = (double)((c.threads / 32 + 3) / 4) * c.KPT * NB;   /* FMAs per scheduler */
+    (void)ctx;
+    return waves * (580.0 + (c.K > 1 ? 2.0 : 0.94) * c.threads + 5.0 * pairs + 10.0 * c.KPT + cluster + issue + 100.0) / 1750.0;
+  }
   const double serial = ((double)((int64_t)kd + c.S - 1) / c.S) * (12.0 + NB);
   const double lds = Hk * kd * (1.0 + NB) / 32.0, fma = Hk * kd * NB / 128.0;
   double mv = serial > lds ? serial : lds;
   if (fma > mv) mv = fma;
   const double red = (S / 4.0 + 4.0) * 6.0 + 40.0, cell = 400.0;
   const double sync = c.K > 1 ? 1900.0 + 20.0 * c.K + 2.5 * 3.0 * NB * Hk * c.K : 300.0;
-  const int64_t blocks = (int64_t)c.groups * c.K;
-  double waves = (double)((blocks + slots - 1) / slots);
-  if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
   (void)ctx;
   return waves * (1.3 * mv + red + cell + sync + 300.0) / 1750.0;
 }
 
 /* Per kernel and device, once: the shared-memory opt-in and the non-portable cluster size. */
 static qg_status bp_prepare(qg_ctx *ctx, const char *fn, bp_kernel f) {
-  static struct { bp_kernel f; int dev; } done[16];
+  static struct { bp_kernel f; int dev; } done[64];
   static int ndone = 0;
   for (int i = 0; i < ndone; i++)
     if (done[i].f == f && done[i].dev == ctx->device_index) return QG_OK;
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, ctx->smem_optin));
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  if (ndone < 16) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
+  if (ndone < 64) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
   return QG_OK;
 }
 
@@ -260,11 +556,17 @@ static qg_status bp_prepare(qg_ctx *ctx, const char *fn, bp_kernel f) {
 static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, bp_plan *out, double *step_us, int *found) {
   *found = 0;
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
-  enum { MAXC = 80 };
+  enum { MAXC = 200 };
   bp_plan cand[MAXC];
   double est[MAXC];
   int nc = 0;
-  const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape (its storage does not apply) */
+  const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
+  /* where R~ is held: 0 either, 1 shared memory, 2 registers, 3 registers with the roles on
+   * separate warps (qg_ctx_set_persist_shape's storage).
+   * Unforced, the register variant is a candidate without clusters only: its three dq values per
+   * unit go into every peer's shared memory, which made the float register backward slower than
+   * the shared-memory one in clusters (bench/gpu.md, run 4's sweep). */
+  const int storage = ctx->persist_storage;
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
     if (K > H) break;
@@ -275,15 +577,50 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
       const int NB = NBs[ni];
       if (forced ? NB != ctx->persist_rows : (NB > 1 && NB / 2 >= N)) continue;   /* no group wider than the batch needs */
       if (NB * Hk > BP_MAX_THREADS) break;
-      int Smax = BP_MAX_THREADS / Hk;
-      if (Smax > 3 * H) Smax = (int)(3 * H);
-      const int fs = forced && ctx->persist_splits > 0 ? (ctx->persist_splits < Smax ? ctx->persist_splits : Smax) : 0;
-      for (int S = fs ? fs : Smax, ns = 0; S >= 1 && ns < (fs ? 1 : 4); S /= 2, ns++) {
+      /* (S, KPT) pairs: shared memory (KPT = 0): S threads per unit, the most that fit and 1/2,
+       * 1/4, 1/8 of that (or the forced count); registers: S = 1..32 lanes (powers of two,
+       * NB <= S), KPT the smallest instantiated share that covers 3H / S */
+      int Ss[24], Kp[24], nsk = 0;
+      if (storage == 0 || storage == 1) {
+        int Smax = BP_MAX_THREADS / Hk;
+        if (Smax > 3 * H) Smax = (int)(3 * H);
+        const int fs = forced && ctx->persist_splits > 0 ? (ctx->persist_splits < Smax ? ctx->persist_splits : Smax) : 0;
+        for (int S = fs ? fs : Smax, ns = 0; S >= 1 && ns < (fs ? 1 : 4); S /= 2, ns++) { Ss[nsk] = S; Kp[nsk++] = 0; }
+      }
+      int Ws[24];
+      for (int q = 0; q < 24; q++) Ws[q] = 0;
+      if (storage == 2 || (storage == 0 && K == 1))
+        for (int S = 1; S <= 32; S *= 2) {
+          if (S < NB || (forced && ctx->persist_splits > 0 && S != ctx->persist_splits)) continue;
+          const int64_t need = (3 * H + S - 1) / S;
+          int kpt = 0;
+          for (int i = 0; i < 4 && !kpt; i++)
+            if (BP_KPT[i] >= need) kpt = BP_KPT[i];
+          if (!kpt || (3 * H + kpt - 1) / kpt < S / 2 + 1) continue;   /* no lane group more than half idle */
+          if ((int64_t)Hk * S > persist_reg_threads(kpt) || !bp_kernel_for(NB, kpt)) continue;
+          Ss[nsk] = S; Kp[nsk++] = kpt;
+        }
+      /* the split roles (storage 3, or chosen): one row per CTA, no cluster; R~'s warps plus one
+       * thread per unit */
+      if ((storage == 3 || storage == 0) && K == 1 && NB == 1)
+        for (int S = 1; S <= 32 && nsk < 24; S *= 2) {
+          if (forced && ctx->persist_splits > 0 && S != ctx->persist_splits) continue;
+          const int64_t need = (3 * H + S - 1) / S;
+          int kpt = 0;
+          for (int i = 0; i < 4 && !kpt; i++)
+            if (BP_KPT[i] >= need) kpt = BP_KPT[i];
+          if (!kpt || (3 * H + kpt - 1) / kpt < S / 2 + 1) continue;
+          if (round_up(H * S, 32) + round_up(H, 32) > persist_reg_threads(kpt)) continue;
+          Ss[nsk] = S; Kp[nsk] = kpt; Ws[nsk++] = 1;
+        }
+      for (int si = 0; si < nsk; si++) {
+        const int S = Ss[si];
         bp_plan c;
-        c.K = K; c.Hk = Hk; c.NB = NB; c.S = S;
-        c.threads = (int)round_up(Hk * S > NB * Hk ? Hk * S : NB * Hk, 32);
+        c.K = K; c.Hk = Hk; c.NB = NB; c.S = S; c.KPT = Kp[si]; c.WS = Ws[si];
+        c.threads = (int)round_up(c.KPT ? Hk * S : (Hk * S > NB * Hk ? Hk * S : NB * Hk), 32);
+        if (c.WS) c.threads = (int)(round_up(H * S, 32) + round_up(H, 32));
         c.groups = (int)((N + NB - 1) / NB);
-        int64_t bytes = bp_smem(H, Hk, NB, S);
+        int64_t bytes = bp_smem(H, Hk, NB, S, c.KPT, c.WS);
         if (bytes > ctx->smem_optin || nc >= MAXC) continue;
         /* one CTA per multiprocessor (as the float kernels: a step waits for its slowest CTA) */
         if (bytes < ctx->smem_optin / 2 + 1024) bytes = ctx->smem_optin / 2 + 1024;
@@ -295,7 +632,7 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
     }
   }
   for (int i = 0; i < nc; i++) {
-    const bp_kernel f = bp_kernel_of(cand[i].NB);
+    const bp_kernel f = bp_kernel_for(cand[i].NB, cand[i].KPT, cand[i].WS);
     int64_t slots = ctx->sm_count;
     if (cand[i].K > 1) {
       QG_CHECK(bp_prepare(ctx, fn, f));
@@ -317,9 +654,10 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
 /* Memoized per device and shape (the search runs occupancy queries). */
 static qg_status bp_choose(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, bp_plan *out, double *step_us, int *found) {
   enum { MEMO = 64 };
-  static struct { int64_t N, H; int key[5], found; bp_plan c; double us; } memo[MEMO];
+  static struct { int64_t N, H; int key[6], found; bp_plan c; double us; } memo[MEMO];
   static int nmemo = 0, next = 0;
-  const int key[5] = {ctx->device_index, ctx->smem_optin, ctx->persist_cluster, ctx->persist_rows, ctx->persist_splits};
+  const int key[6] = {ctx->device_index, ctx->smem_optin, ctx->persist_cluster, ctx->persist_rows, ctx->persist_splits,
+                      ctx->persist_storage};
   for (int i = 0; i < nmemo; i++)
     if (memo[i].N == N && memo[i].H == H && memcmp(memo[i].key, key, sizeof key) == 0) {
       *out = memo[i].c; *step_us = memo[i].us; *found = memo[i].found;
@@ -485,7 +823,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
   bp.Rf = g->fq[QG_W_R];
   if (persistent) {
-    const bp_kernel f = bp_kernel_of(pc.NB);
+    const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
     QG_CHECK(bp_prepare(ctx, fn, f));
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t lc = bp_launch_config(ctx, pc, at);

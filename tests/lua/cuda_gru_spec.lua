@@ -188,9 +188,12 @@ describe("CUDA float GRU #gpu", function()
   -- every cluster size and rows-per-cluster template of the persistent kernels
   -- {K, NB, S, storage}: storage 1 = R in shared memory, 2 = R in registers (S lanes per unit)
   local forced = { { 1, 1 }, { 1, 2 }, { 1, 4 }, { 2, 8 }, { 4, 2 }, { 8, 4 }, { 16, 1 }, { 16, 8 }, { 2, 1, 3 }, { 1, 1, 1 },
-                   { 4, 4, 5 }, { 1, 1, 8, 2 }, { 2, 4, 16, 2 }, { 4, 2, 4, 2 }, { 16, 8, 8, 2 }, { 8, 1, 16, 2 }, { 1, 4, 4, 2 } }
+                   { 4, 4, 5 }, { 1, 1, 8, 2 }, { 2, 4, 16, 2 }, { 4, 2, 4, 2 }, { 16, 8, 8, 2 }, { 8, 1, 16, 2 }, { 1, 4, 4, 2 },
+                   -- the large register shares: two lanes per unit (forward 32, backward 96 entries of R per
+                   -- lane), one or two rows; one lane per unit (H <= 32: the backward's 3H in one lane)
+                   { 1, 1, 2, 2 }, { 1, 2, 2, 2 }, { 1, 1, 1, 2, H = 30 } }
   for i, kn in ipairs(forced) do
-    local cs = { T = 7, N = 11, C = 9, H = 61, h0 = true, lengths = true, reverse = i % 2, dhn = i % 3 == 0, yoff = i % 2 == 0 }
+    local cs = { T = 7, N = 11, C = 9, H = kn.H or 61, h0 = true, lengths = true, reverse = i % 2, dhn = i % 3 == 0, yoff = i % 2 == 0 }
     local tag = ((i == 4 or i == 13) and " #sanitize #race" or "") .. (i == 2 and " #race" or "")
     it(string.format("persistent forced to %d blocks x %d rows, %d splits, R in %s == CPU (%s)%s", kn[1], kn[2], kn[3] or 0,
                      kn[4] == 2 and "registers" or "shared memory", describe_case(cs), tag), function()

@@ -10,7 +10,8 @@
 --     gradients; dy with a column offset, dhn, h0 / dh0, lengths, reverse; H in {1, 7, 64, 130},
 --     N in {1, 3, 16, 17}), with the per-step and the persistent recurrence forced in turn, the
 --     latter also with forced cluster shapes (several CTAs splitting R~'s columns, several rows
---     per cluster, forced splits); the same forward and backward twice on the GPU: bit-identical;
+--     per cluster, forced splits, R~ forced into registers or shared memory); the same forward and
+--     backward twice on the GPU: bit-identical;
 --     a forced persistent backward on an H it cannot hold (or a forced shape that cannot hold H)
 --     is a clear error, and auto falls back;
 --   * calibration statistics observed on the GPU equal the CPU's and give identical (e, z) for
@@ -329,10 +330,23 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     { seed = 27, T = 6, N = 17, C = 5, H = 1, h0 = true, reverse = true, shape = { 1, 4, 0 } },
     { seed = 28, T = 3, N = 3, C = 5, H = 130, lengths = true, shape = { 1, 1, 0 } },
     { seed = 29, T = 30, N = 16, C = 40, H = 64, lengths = true },   -- long-kws-like
+    -- R~ forced into registers ({cluster, rows, splits, storage = 2}: bwd_reg_kernel) or shared
+    -- memory (storage = 1): one lane per unit, two and four lanes, several rows, a cluster
+    { seed = 41, T = 12, N = 16, C = 40, H = 64, lengths = true, shape = { 1, 1, 4, 2 } },
+    { seed = 42, T = 9, N = 5, C = 7, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 2, 2, 2 } },
+    { seed = 43, T = 7, N = 3, C = 5, H = 7, h0 = true, lengths = true, shape = { 1, 1, 1, 2 } },
+    { seed = 44, T = 6, N = 17, C = 5, H = 130, lengths = true, reverse = true, shape = { 8, 8, 16, 2 } },
+    { seed = 45, T = 8, N = 16, C = 40, H = 64, h0 = true, shape = { 1, 1, 8, 1 } },
+    -- R~ in registers with the cell on warps of its own (storage = 3: bwd_ws_kernel)
+    { seed = 46, T = 12, N = 16, C = 40, H = 64, lengths = true, shape = { 1, 1, 4, 3 } },
+    { seed = 47, T = 9, N = 5, C = 7, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 2, 3 } },
+    { seed = 48, T = 7, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 1, 3 } },
+    { seed = 49, T = 6, N = 17, C = 5, H = 30, h0 = true, lengths = true, shape = { 1, 1, 2, 3 } },
   }
   local gpu_ctx = clib.context("cuda")
   for _, c in ipairs(BCASES) do
-    local sh = c.shape and string.format(" (persistent forced to %d CTAs x %d rows, %d splits)", c.shape[1], c.shape[2], c.shape[3]) or ""
+    local sh = c.shape and string.format(" (persistent forced to %d CTAs x %d rows, %d splits%s)", c.shape[1], c.shape[2], c.shape[3],
+                                         ({ [1] = ", R~ in shared memory", [2] = ", R~ in registers", [3] = ", R~ in registers, the cell on warps of its own" })[c.shape[4] or 0] or "") or ""
     it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s: STE gradients within 1e-5 of the CPU's, both paths%s; the same run twice "
                      .. "is bit-identical", c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "",
                      c.reverse and " reverse" or "", sh), function()
@@ -356,7 +370,9 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
           local ok, err = pcall(function()
             for r = 1, 2 do
               local o = forward("cuda", hg, inp, true)
-              if path == "persistent" and c.shape then check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, c.shape[1], c.shape[2], c.shape[3], 0)) end
+              if path == "persistent" and c.shape then
+                check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, c.shape[1], c.shape[2], c.shape[3], c.shape[4] or 0))
+              end
               runs[r] = { o = o, g = backward(hg, o, dy, dhn, g0) }
               check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
             end
@@ -410,6 +426,16 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
       with_path("persistent", function()
         assert.raises_match(function() backward(h7, o7, qgru.zeros({ c7.T, c7.N, c7.H + 3 }), qgru.zeros({ c7.N, c7.H }), z7) end,
                             "the persistent integer GRU backward needs a forced shape that holds H = 7: 16 CTAs per cluster, 1 rows")
+      end)
+    end)
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
+    if not ok then error(err, 0) end
+    -- R~ forced into registers where no instantiated share holds 3H = 1800 per unit
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, 1, 0, 2))
+    ok, err = pcall(function()
+      with_path("persistent", function()
+        assert.raises_match(function() backward(hg, o, dy, dhn, g0) end,
+                            "the persistent integer GRU backward needs a forced shape that holds H = 600: 1 CTAs per cluster, 1 rows")
       end)
     end)
     check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
