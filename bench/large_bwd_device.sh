@@ -22,6 +22,8 @@ else
   timeout 30 luajit bench/qat_parts.lua 20 3 > $OUT/large_bwd_parts.log 2>&1
   timeout 60 luajit recipes/bench.lua --name lbwd --repeats 20 --paths false --shapes large,medium > $OUT/large_bwd_bench.log 2>&1
   cp runs/lbwd/bench.md $OUT/large_bwd_bench.md 2>/dev/null
+  timeout 30 ncu --clock-control none --metrics gpu__time_duration.sum --csv luajit bench/qat_parts.lua 1 0 100 256 512 1024 tf32 int8 \
+    > $OUT/large_bwd_ncu_tf32_after.log 2>&1
 fi
 cd $OUT; tail -4 large_bwd_specs.log; cat large_bwd_parts*.log
 for f in large_bwd_ncu_tf32*.log; do [ -f $f ] && echo "$f: $(grep -c '"gpu__time_duration.sum"' $f) kernels"; done

@@ -38,7 +38,8 @@
  *     the math mode; a changed pointer or shape is a new key).
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
  * rows is cleared before the loop); time t = reverse ? lengths[n] - 1 - s : s.
- * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32) and the bias sums
+ * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32; dW on the
+ * context's aux stream beside the other two, forked and joined with its events) and the bias sums
  * in a fixed order in double (persistent: chunks of (step, row) pairs, then the chunks in order;
  * per-step: the step kernel's row sums, then those in order), dh0 = dh M(h0).
  */
@@ -383,14 +384,19 @@ __global__ void dh0_kernel(const float *dh, const float *h0, qg_qp QH, int64_t n
 
 /* Row-major C [m, n] = op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T),
  * in the context's float math (strict fp32 or TF32). ta/tb: A is [k, m] / B is [n, k] (transposed). */
-static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
-                          const float *B, float beta, float *Cm) {
+static qg_status sgemm_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                             const float *A, const float *B, float beta, float *Cm) {
   if (m <= 0 || n <= 0) return QG_OK;
   const float one = 1.0f;
   const int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-  return qg_cublas_status(ctx, fn, cublasGemmEx(qg_cuda_blas(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  return qg_cublas_status(ctx, fn, cublasGemmEx(hb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                 (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
                                                 CUDA_R_32F, (int)n, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          const float *B, float beta, float *Cm) {
+  return sgemm_rm_on(ctx, qg_cuda_blas(ctx), fn, ta, tb, m, n, k, A, B, beta, Cm);
 }
 
 /* ---- the per-step path ----------------------------------------------------------------------------
@@ -476,15 +482,13 @@ __global__ void __launch_bounds__(BF_X * BF_Y) bias_steps_kernel(const double *_
   if (k == 3) dbr[2 * H + i] += mbr[2 * H + i] ? f : 0.0f;
 }
 
-/* Rows per thread of bwd_step_kernel: about four blocks per multiprocessor (a function of the
- * device and the shape only, so the summation order is fixed for both). */
-static int step_rows_per_thread(const qg_ctx *ctx, int64_t N, int64_t H) {
-  const int64_t want = 4 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
-  const int64_t bx = (H + BS_X - 1) / BS_X, lanes = (N + BS_Y - 1) / BS_Y;
-  int64_t r = (bx * lanes + want - 1) / want;
-  if (r < 1) r = 1;
-  if (r > 8) r = 8;
-  return (int)r;
+/* Rows per thread of bwd_step_kernel: one (two rows per thread, 512 blocks at large, ran 12.2 us
+ * a step against 8.4 for one, bench/gpu_runs/large_bwd_ncu_tf32.log: a thread's second row waited
+ * for its first's stores), more only where the row chunks would pass the grid's y limit. A
+ * function of the shape only, so the summation order is fixed. */
+static int step_rows_per_thread(int64_t N) {
+  const int64_t r = (N + (int64_t)BS_Y * 65535 - 1) / ((int64_t)BS_Y * 65535);
+  return r < 1 ? 1 : (int)r;
 }
 
 /* The per-step recurrence: arguments of the loop (also the graph cache's key, with a tag). */
@@ -566,7 +570,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   }
 
   /* the per-step path's row chunks (bwd_step_kernel) */
-  const int rpt = persistent ? 1 : step_rows_per_thread(ctx, N, H);
+  const int rpt = persistent ? 1 : step_rows_per_thread(N);
   const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H], dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
@@ -648,15 +652,25 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
     if (persistent) deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);   /* else the step kernel's */
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx) {
-      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
-      masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
-    }
-    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
-    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
+    /* dW on the aux stream (forked from and joined back to the main one, as the float GRU's two
+     * directions, kernels/gru.cu) beside dR and dx on the main one: neither GEMM fills the device
+     * alone (tf32 at large: dW 0.61 ms on 96 of 132 multiprocessors) */
+    cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(sgemm_rm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
     QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
     masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {
+      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
+      masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
   }
   return QG_OK;
 }
