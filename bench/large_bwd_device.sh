@@ -6,6 +6,7 @@ source .device/device-env.sh
 R=$PWD; N=$R/.stage/gpu-large-bwd; B=$R/.stage/gpu-large-bwd-base
 for d in $N $B; do [ -f $d/build/libqgru.so.gz ] && gunzip -f $d/build/libqgru.so.gz; done
 export QGRU_NO_INSTALL=1
+export LUA_PATH="lua/?.lua;lua/?/init.lua;$LUA_PATH"   # recipes/bench.lua requires qgru (call 2 ran without it)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $OUT/large_bwd_env.log
 cd $N; export QGRU_ROOT=$N QGRU_LIB=$N/build/libqgru.so
 T0=$(date +%s)
