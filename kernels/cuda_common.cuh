@@ -52,6 +52,15 @@ static inline cublasComputeType_t qg_cuda_f32_compute(const qg_ctx *ctx) {
 /* ceil(n / d) as a launch dimension. */
 static inline unsigned qg_cuda_blocks(int64_t n, int d) { return (unsigned)((n + d - 1) / d); }
 
+/* The float GRU's cache of captured per-step loops (kernels/gru.cu), shared: body(arg) enqueues a
+ * loop on st; the first call with a key runs it directly, the second captures it into a CUDA graph
+ * and launches that, later ones launch the graph. The key (at most QG_CUDA_GRAPH_KEY bytes, else
+ * the body always runs directly) must hold everything the captured work depends on: every pointer,
+ * size and kernel argument, the math mode; a caller's keys begin with a tag of its own. */
+enum { QG_CUDA_GRAPH_KEY = 1024 };
+extern "C" qg_status qg_cuda_graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t keylen, qg_status (*body)(void *),
+                                     void *arg);
+
 #define QG_CUDA_CHECK(ctx, fn, expr) QG_CHECK(qg_cuda_status((ctx), (fn), (expr)))
 #define QG_CUBLAS_CHECK(ctx, fn, expr) QG_CHECK(qg_cublas_status((ctx), (fn), (expr)))
 

@@ -79,7 +79,7 @@ static qg_status join_aux(qg_ctx *ctx, const char *fn) {
  * were seen in an earlier call is captured into a CUDA graph on its stream and replayed; from then
  * on an identical call is one graph launch. A loop seen once runs directly (a one-off call does not
  * pay for the capture), and a capture that fails for any reason falls back to direct launches. */
-enum { GRAPH_SLOTS = 24, GRAPH_KEY = 512 };
+enum { GRAPH_SLOTS = 24, GRAPH_KEY = QG_CUDA_GRAPH_KEY };
 struct GraphSlot {
   unsigned char key[GRAPH_KEY];
   size_t keylen;
@@ -147,6 +147,13 @@ static qg_status graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t k
     hit->state = 2;
   }
   return qg_cuda_status(ctx, "qg_gru (graph launch)", cudaGraphLaunch(hit->exec, st));
+}
+
+/* The same cache for other files' per-step loops (cuda_common.cuh; the integer GRU's STE backward):
+ * keys must not collide with this file's (they start with a tag of their own). */
+extern "C" qg_status qg_cuda_graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t keylen, qg_status (*body)(void *),
+                                     void *arg) {
+  return graphed(ctx, st, key, keylen, [&]() -> qg_status { return body(arg); });
 }
 
 /* ---- fallback pointwise kernels (one thread per (row, unit)) ----------------------------------- */

@@ -36,11 +36,19 @@
  *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
  *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
  *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
- *     GEMM dh += dq_s R~ in the context's math mode.
+ *     GEMM dh += dq_s R~ in the context's math mode. The step kernel also writes Hf (the dR GEMM's
+ *     dequantized h) and, instead of the bias contributions bcx, bcr, each block's double sums of
+ *     the four distinct bias gradients over its rows (bias_steps_kernel adds those after the
+ *     loop in a fixed order): a third fewer bytes per step and no [T N, 3H] re-read. The loop is
+ *     captured into a CUDA graph on the second identical call and replayed after (the context's
+ *     cache of captured loops in kernels/gru.cu, keyed by every pointer, size, kernel argument and
+ *     the math mode; a changed pointer or shape is a new key).
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
  * rows is cleared before the loop); time t = reverse ? lengths[n] - 1 - s : s.
- * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32) and the bias sums
- * in a fixed order in double (chunks of rows, then the chunks in order), dh0 = dh M(h0).
+ * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32; dW on the
+ * context's aux stream beside the other two, forked and joined with its events) and the bias sums
+ * in a fixed order in double (persistent: chunks of (step, row) pairs, then the chunks in order;
+ * per-step: the step kernel's row sums, then those in order), dh0 = dh M(h0).
  */
 #include "int_gru_common.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
@@ -90,22 +98,6 @@ __device__ __forceinline__ float ste_unit(const bwd_params &p, int64_t s, int64_
 __device__ __forceinline__ void pad_unit(const bwd_params &p, int64_t s, int64_t n, int64_t i) {
   const int64_t H = p.H, H3 = 3 * H, r = (s * p.N + n) * H3;
   for (int k = 0; k < 3; k++) p.dq[r + k * H + i] = p.bcx[r + k * H + i] = p.bcr[r + k * H + i] = 0.0f;
-}
-
-/* The STE cell of every (row, unit) at step s; dh_next gets the direct part of dL/dh_{s-1}. */
-__global__ void bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, const float *dh, float *dh_next) {
-  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = p.H, N = p.N;
-  if (e >= N * H) return;
-  const int64_t n = e / H, i = e % H, Ln = length_at(p.L, n, p.T);
-  if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-    pad_unit(p, s, n, i);
-    dh_next[e] = dh[e];
-    return;
-  }
-  const int64_t t = p.reverse ? Ln - 1 - s : s;
-  const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
-  float dq3[3];
-  dh_next[e] = ste_unit(p, s, t, n, i, p.cellp + ((s * N + n) * H + i) * p.cb, p.hq[s * N * H + e], dH, dq3);
 }
 
 /* ---- the persistent recurrence ---------------------------------------------------------------------- */
@@ -730,14 +722,141 @@ __global__ void dh0_kernel(const float *dh, const float *h0, qg_qp QH, int64_t n
 
 /* Row-major C [m, n] = op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T),
  * in the context's float math (strict fp32 or TF32). ta/tb: A is [k, m] / B is [n, k] (transposed). */
-static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
-                          const float *B, float beta, float *Cm) {
+static qg_status sgemm_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                             const float *A, const float *B, float beta, float *Cm) {
   if (m <= 0 || n <= 0) return QG_OK;
   const float one = 1.0f;
   const int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-  return qg_cublas_status(ctx, fn, cublasGemmEx(qg_cuda_blas(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  return qg_cublas_status(ctx, fn, cublasGemmEx(hb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                 (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
                                                 CUDA_R_32F, (int)n, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          const float *B, float beta, float *Cm) {
+  return sgemm_rm_on(ctx, qg_cuda_blas(ctx), fn, ta, tb, m, n, k, A, B, beta, Cm);
+}
+
+/* ---- the per-step path ----------------------------------------------------------------------------
+ * bwd_step_kernel: step s for every (row, unit): blocks of BS_X units x BS_Y row lanes, each thread
+ * `rpt` rows (n = chunk BS_Y rpt + lane + BS_Y k); it writes dp, dq and dh_next (the direct part of
+ * dL/dh_{s-1}; the GEMM adds dq_s R~), Hf[s] = deq(h code) (the dR GEMM's operand, for padded
+ * steps too), and instead of the [T N, 3H] bias contributions the block's sums over its rows of the
+ * four distinct bias gradients (dzpre, drpre, dgpre, drhb: dbx = (z, r, g), dbr = (z, r, Rh_g + br_g)),
+ * in double: each lane its rows in order, then the lanes in order, into
+ * sp[s][chunk][4][H] (every entry written every step, 0 for padded rows). bias_steps_kernel adds
+ * those in a fixed order. */
+enum { BS_X = 32, BS_Y = 8 };
+
+__global__ void __launch_bounds__(BS_X * BS_Y) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
+                                                                const float *__restrict__ dh, float *__restrict__ dh_next,
+                                                                float *__restrict__ Hf, double *__restrict__ sp) {
+  __shared__ double sh[4][BS_Y][BS_X];
+  const int64_t H = p.H, N = p.N, H3 = 3 * H, i = blockIdx.x * (int64_t)BS_X + threadIdx.x;
+  const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  if (i < H)
+    for (int k = 0; k < rpt; k++) {
+      const int64_t n = blockIdx.y * (int64_t)(BS_Y * rpt) + threadIdx.y + (int64_t)k * BS_Y;
+      if (n >= N) break;
+      const int64_t e = n * H + i, Ln = length_at(p.L, n, p.T);
+      const int32_t hp = p.hq[s * N * H + e];
+      Hf[s * N * H + e] = (float)qg_deq(hp, QH);
+      float *dqr = p.dq + (s * N + n) * H3;
+      if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+        dqr[i] = dqr[H + i] = dqr[2 * H + i] = 0.0f;
+        dh_next[e] = dh[e];
+        continue;
+      }
+      const int64_t t = p.reverse ? Ln - 1 - s : s;
+      const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
+      qg_cell_out su;
+      qg_cell_grad gr;
+      qg_cell_unpack(p.cellp + ((s * N + n) * H + i) * p.cb, &p.cell, &su);
+      qg_cell_backward(&p.cell, &p.tb, &su, hp, dH, &gr);
+      float *dpr = p.dp + (t * N + n) * H3;
+      dpr[i] = gr.dp[0]; dpr[H + i] = gr.dp[1]; dpr[2 * H + i] = gr.dp[2];
+      dqr[i] = gr.dq[0]; dqr[H + i] = gr.dq[1]; dqr[2 * H + i] = gr.dq[2];
+      a0 += (double)gr.dbx[0]; a1 += (double)gr.dbx[1]; a2 += (double)gr.dbx[2]; a3 += (double)gr.dbr[2];
+      dh_next[e] = gr.dhprev;
+    }
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
+  __syncthreads();
+  if (ty < 4 && i < H) {
+    double v = 0;
+    for (int y = 0; y < BS_Y; y++) v += sh[ty][y][tx];
+    sp[((s * gridDim.y + blockIdx.y) * 4 + ty) * H + i] = v;
+  }
+}
+
+/* The bias gradients from the step sums sp [T][chunks][4][H]: column c of 4H sums its T chunks
+ * entries, numbered q = 0, 1, ... (s = T - 1 - q / chunks, chunk q % chunks: the CPU's
+ * steps-descending order), over BF_Y lanes (lane l: q = l, l + BF_Y, ..., in order), then the
+ * lanes in order, in double; dbx += M_bx (z, r, g sums), dbr += M_br (z, r, Rh_g + br_g sums). */
+enum { BF_X = 32, BF_Y = 32 };
+
+__global__ void __launch_bounds__(BF_X * BF_Y) bias_steps_kernel(const double *__restrict__ sp, int64_t T, int64_t chunks, int64_t H,
+                                                                  const uint8_t *mbx, const uint8_t *mbr, float *dbx, float *dbr) {
+  __shared__ double sh[BF_Y][BF_X + 1];
+  const int64_t c = blockIdx.x * (int64_t)BF_X + threadIdx.x, Q = T * chunks, H4 = 4 * H;
+  double v = 0;
+  if (c < H4) {
+    const int64_t k = c / H, i = c - k * H;
+    for (int64_t q = threadIdx.y; q < Q; q += BF_Y) {
+      const int64_t s = T - 1 - q / chunks, ch = q % chunks;
+      v += sp[((s * chunks + ch) * 4 + k) * H + i];
+    }
+  }
+  sh[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= H4) return;
+  double t = 0;
+  for (int y = 0; y < BF_Y; y++) t += sh[y][threadIdx.x];
+  const int64_t k = c / H, i = c - k * H;
+  const float f = (float)t;
+  if (k < 3) dbx[k * H + i] += mbx[k * H + i] ? f : 0.0f;
+  if (k < 2) dbr[k * H + i] += mbr[k * H + i] ? f : 0.0f;
+  if (k == 3) dbr[2 * H + i] += mbr[2 * H + i] ? f : 0.0f;
+}
+
+/* Rows per thread of bwd_step_kernel: one (two rows per thread, 512 blocks at large, ran 12.2 us
+ * a step against 8.4 for one, bench/gpu_runs/large_bwd_ncu_tf32.log: a thread's second row waited
+ * for its first's stores), more only where the row chunks would pass the grid's y limit. A
+ * function of the shape only, so the summation order is fixed. */
+static int step_rows_per_thread(int64_t N) {
+  const int64_t r = (N + (int64_t)BS_Y * 65535 - 1) / ((int64_t)BS_Y * 65535);
+  return r < 1 ? 1 : (int)r;
+}
+
+/* The per-step recurrence: arguments of the loop (also the graph cache's key, with a tag). */
+struct step_loop {
+  char tag[8];                 /* "qgIGRUb" */
+  bwd_params bp;
+  const float *R;              /* R~ [3H, H] */
+  float *dh, *dh_next, *Hf;
+  double *sp;
+  int64_t chunks;
+  int rpt, math;
+  void *stream, *blas;
+  qg_ctx *ctx;
+};
+
+static qg_status step_loop_body(void *arg) {
+  const step_loop &L = *(const step_loop *)arg;
+  qg_ctx *ctx = L.ctx;
+  const char *fn = "qg_int_gru_backward";
+  const int64_t N = L.bp.N, H = L.bp.H, H3 = 3 * H;
+  const dim3 grid((unsigned)((H + BS_X - 1) / BS_X), (unsigned)L.chunks), block(BS_X, BS_Y);
+  float *dh = L.dh, *dn = L.dh_next;
+  for (int64_t s = L.bp.T - 1; s >= 0; s--) {
+    bwd_step_kernel<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, dn, L.Hf, L.sp);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* dn += dq_s R~ */
+    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, L.bp.dq + s * N * H3, L.R, 1.0f, dn));
+    float *tmp = dh; dh = dn; dn = tmp;
+  }
+  return QG_OK;
 }
 
 extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
@@ -788,13 +907,19 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     }
   }
 
-  /* workspace floats: dp, dq, bcx, bcr [TN, 3H], dh, dh_next [N, H], Xf [TN, C], Hf [TN, H],
-   * tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: bias partial sums [chunks, 2, 3H] */
+  /* the per-step path's row chunks (bwd_step_kernel) */
+  const int rpt = persistent ? 1 : step_rows_per_thread(N);
+  const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
+  /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H], dh, dh_next [N, H],
+   * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
+   * bias partial sums [chunks, 2, 3H] or the per-step path's step sums [T, schunks, 4, H] */
+  const int64_t nbc = persistent ? TN * H3 * 4 : 0;
   int64_t total = 0;
-  const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, TN * H3 * 4),
-                o_bcr = take(&total, TN * H3 * 4), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
+  const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
+                o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
                 o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
-                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_part = take(&total, chunks * 2 * H3 * 8);
+                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4),
+                o_part = take(&total, persistent ? chunks * 2 * H3 * 8 : T * schunks * 4 * H * 8);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
@@ -820,7 +945,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.dy = dy ? (const float *)dy->data : NULL;
   bp.Hy = dy ? dy->dims[2] : 0;
   bp.y_offset = y_offset;
-  bp.dp = dp; bp.dq = dq; bp.bcx = bcx; bp.bcr = bcr;
+  bp.dp = dp; bp.dq = dq; bp.bcx = persistent ? bcx : NULL; bp.bcr = persistent ? bcr : NULL;
   bp.Rf = g->fq[QG_W_R];
   if (persistent) {
     const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
@@ -830,37 +955,60 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, f, bp, pc, dh));
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  for (int64_t s = T - 1; s >= 0 && NH > 0 && !persistent; s--) {
-    bwd_step_kernel<<<qg_cuda_blocks(NH, 128), 128, 0, st>>>(bp, s, dh, dh_next);
+  if (!persistent && TN > 0 && NH > 0) {
+    /* the per-step loop, as one CUDA graph from the second identical call on (the context's cache of
+     * captured loops, kernels/gru.cu): the key is every argument of the loop */
+    step_loop L;
+    memset(&L, 0, sizeof L);
+    memcpy(L.tag, "qgIGRUb", 8);
+    memcpy(&L.bp, &bp, sizeof bp);
+    L.R = g->fq[QG_W_R];
+    L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.sp = part;
+    L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math;
+    L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
+    static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
+    QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
+    if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0 ended */
+    bias_steps_kernel<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(part, T, schunks, H, g->mask[QG_W_BX],
+                                                                                g->mask[QG_W_BR], (float *)dbx->data,
+                                                                                (float *)dbr->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    /* dh_next += dq_s R~ */
-    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dq + s * N * H3, g->fq[QG_W_R], 1.0f, dh_next));
-    float *tmp = dh; dh = dh_next; dh_next = tmp;
-  }
-  if (TN > 0 && H3 > 0) {
-    bias_partial_kernel<<<dim3(qg_cuda_blocks(H3, 128), (unsigned)chunks), 128, 0, st>>>(bcx, bcr, T, N, H3, part);
+  } else {
+    if (TN > 0 && H3 > 0) {
+      bias_partial_kernel<<<dim3(qg_cuda_blocks(H3, 128), (unsigned)chunks), 128, 0, st>>>(bcx, bcr, T, N, H3, part);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    bias_final_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, TN > 0 ? chunks : 0, H3, g->mask[QG_W_BX], g->mask[QG_W_BR],
+                                                               (float *)dbx->data, (float *)dbr->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  bias_final_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, TN > 0 ? chunks : 0, H3, g->mask[QG_W_BX], g->mask[QG_W_BR],
-                                                             (float *)dbx->data, (float *)dbr->data);
-  QG_CHECK(qg_cuda_launched(ctx, fn));
   if (dh0 && NH > 0) {
     dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
   if (TN > 0 && H > 0) {
     deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
-    deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);
+    if (persistent) deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);   /* else the step kernel's */
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* dW on the aux stream (forked from and joined back to the main one, as the float GRU's two
+     * directions, kernels/gru.cu) beside dR and dx on the main one: neither GEMM fills the device
+     * alone (tf32 at large: dW 0.61 ms on 96 of 132 multiprocessors) */
+    cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(sgemm_rm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
+    masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     if (dx) {
       QG_CHECK(sgemm_rm(ctx, fn, 0, 0, TN, C, H3, dp, g->fq[QG_W_W], 0.0f, tX));   /* dp [TN, 3H] W~ [3H, C] */
       masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
     }
-    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
-    masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
-    QG_CHECK(sgemm_rm(ctx, fn, 1, 0, H3, H, TN, dq, Hf, 0.0f, tR));   /* dq^T [3H, TN] Hf [TN, H] */
-    masked_add_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
   }
   return QG_OK;
 }

@@ -442,6 +442,60 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     if not ok then error(err, 0) end
   end)
 
+  -- The per-step loop is captured into a CUDA graph on the second identical call and replayed
+  -- after: the same tensors backward four times (direct, capture, replay, replay), then new length
+  -- values in the same device tensor (same key: the graph reads them), then another T (a new key).
+  it("the per-step backward's captured loop: repeated calls, changed lengths and a changed T all match the CPU", function()
+    local c = { seed = 34, T = 7, N = 19, C = 6, H = 130, h0 = true, lengths = true, reverse = true }
+    local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
+    local hc = layer_on("cpu", lq, c.C, c.H)
+    local zero_g = function(T)
+      return { dx = qgru.zeros({ T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
+               dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
+               dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1), dh0 = qgru.zeros({ c.N, c.H }) }
+    end
+    with_path("fallback", function()
+      local hg = layer_on("cuda", lq, c.C, c.H)
+      for _, T in ipairs({ c.T, c.T + 2 }) do
+        local cT = { seed = c.seed, T = T, N = c.N, C = c.C, H = c.H, h0 = true, lengths = true, reverse = true }
+        local inp = inputs(cT, w)
+        qgru.seed(400 + T)
+        local dy = qgru.zeros({ T, c.N, c.H + 3 }):uniform(-1, 1)
+        local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+        local g0 = zero_g(T)
+        local o = forward("cuda", hg, inp, true)
+        local dyd, dhnd = copy_to(dy, "cuda"), copy_to(dhn, "cuda")
+        local gd = {}
+        for k, v in pairs(g0) do gd[k] = copy_to(v, "cuda") end
+        for round = 1, 2 do
+          if round == 2 then   -- other lengths, same device tensor; the saved state recomputed in place
+            local l = {}
+            for n = 1, c.N do l[n] = ((n * 5 + 3) % T) + 1 end
+            inp.L = Tensor.from(l, "i64")
+            o.L:copy(inp.L)
+            check(gpu_ctx, lib.qg_int_gru_forward(gpu_ctx, hg, o.y.t, 2, o.hn.t, o.saved, nil, o.x.t, o.W.t, o.R.t, o.bx.t, o.br.t,
+                                                  o.h0.t, o.L.t, 1))
+          end
+          local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+          local first
+          for r = 1, 4 do
+            for k, v in pairs(g0) do gd[k]:copy(v) end
+            check(gpu_ctx, lib.qg_int_gru_backward(gpu_ctx, hg, gd.dx.t, gd.dW.t, gd.dR.t, gd.dbx.t, gd.dbr.t, gd.dh0.t, dyd.t, 2,
+                                                   dhnd.t, o.saved, o.h0.t, o.L.t, 1))
+            local got = {}
+            for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+              got[k] = gd[k]:to("cpu")
+              local err = U.rel_err(flat(got[k]), flat(gref[k]))
+              assert(err < 1e-5, string.format("T=%d round %d call %d %s: relative error %.3g vs the CPU", T, round, r, k, err))
+              if first then same(got[k], first[k], string.format("T=%d round %d call %d %s vs call 1", T, round, r, k)) end
+            end
+            first = first or got
+          end
+        end
+      end
+    end)
+  end)
+
   local SCASES = {
     { seed = 31, T = 6, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true },
     { seed = 32, T = 4, N = 67, C = 7, H = 300, h0 = true, lengths = true, name = "12-bit h, 16-bit R",
