@@ -155,13 +155,12 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     /* 2. the h block in TG_KQ groups of k steps, R h as each lands */
     const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0) * Kp;
 #pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {
+    for (int q = 0; q < TG_KQ; q++) {   /* thread: rows tid / 16 + 32 j, chunk columns c0 + tid % 16 + 16 m (no divisions) */
       const int c0 = (q * nks / TG_KQ) * 2, c1 = ((q + 1) * nks / TG_KQ) * 2;   /* 16-byte chunk columns */
-      const int w = c1 - c0;
-      for (int e = tid; e < TS_N * w; e += TS_THREADS) {
-        const int row = e / w, cv = c0 + e % w;
-        cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
-      }
+#pragma unroll
+      for (int row = tid >> 4; row < TS_N; row += TS_THREADS / 16)
+        for (int cv = c0 + (tid & 15); cv < c1; cv += 16)
+          cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
       cp_async_commit();
     }
     int32_t acc[3][4][4];
