@@ -25,6 +25,9 @@
  *      tid / TS_U + 16 q), exactly as tc_step_kernel's A32 epilogue (a unit outside the 32-bit
  *      bounds runs the general cell and sets the layer's flag), then writes y, the saved state,
  *      hn and the next step's h plane (double-buffered as for tc_step_kernel), and arrives.
+ *      The four rows' cells are one straight-line block (every row computed, stores after), so
+ *      their dependent chains interleave; the activation tables sit in shared memory where they
+ *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
