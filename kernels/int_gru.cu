@@ -1445,12 +1445,24 @@ static ts_kernel ts_kernel_of(int wide, int obs, int single, int a32) {
 
 typedef void (*tg_kernel)(tg_params);
 
-static tg_kernel tg_kernel_of(int wide) { return wide ? tc_grid_kernel<1> : tc_grid_kernel<0>; }
+/* save: the training forward (saved codes and cell state written), else inference */
+static tg_kernel tg_kernel_of(int wide, int save) {
+  if (save) return wide ? tc_grid_kernel<1, 1> : tc_grid_kernel<0, 1>;
+  return wide ? tc_grid_kernel<1, 0> : tc_grid_kernel<0, 0>;
+}
+
+/* Bytes of the activation tables the grid kernel copies into shared memory (0: they stay in
+ * global memory): the three tables when they exist, total at most 64 KiB, and fit beside the
+ * rest of the kernel's shared memory (smem_left bytes). */
+static int64_t tg_lut_bytes(int64_t lut_bytes, int64_t smem_left) {
+  return lut_bytes > 0 && lut_bytes <= 65536 && lut_bytes <= smem_left ? lut_bytes : 0;
+}
 
 /* Whether the GPU-wide persistent recurrence (int_gru_grid.cuh) runs this forward: the 32-bit
  * mode, one int8 plane of R and of h, no forced persistent shape, the block's shared memory
  * within the device's limit, every block of the grid resident at once, cooperative launch. */
-static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int a32, int PR, int PH, int64_t N, int64_t H, int *ok) {
+static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int save, int a32, int PR, int PH, int64_t N, int64_t H,
+                           int64_t lut_bytes, int *ok) {
   *ok = 0;
   if (!a32 || PR != 1 || PH != 1 || ctx->persist_cluster > 0 || N <= 0 || H <= 0 || H >= (1 << 17)) return QG_OK;
   int dev, sms, smem_max, coop, nb = 0;
@@ -1459,11 +1471,12 @@ static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int a32, int P
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (!coop) return QG_OK;
-  const tg_kernel k = tg_kernel_of(wide);
+  const tg_kernel k = tg_kernel_of(wide, save);
   cudaFuncAttributes fa;
   QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)k));
-  const size_t smem = tg_smem(round_up(H, TS_BK));
-  if (smem + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
+  const size_t smem0 = tg_smem(round_up(H, TS_BK), 0);
+  if (smem0 + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
+  const size_t smem = tg_smem(round_up(H, TS_BK), tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(smem0 + fa.sharedSizeBytes)));
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, (const void *)k, TS_THREADS, smem));
   const int64_t blocks = ((H + TS_U - 1) / TS_U) * ((N + TS_N - 1) / TS_N);
@@ -1552,7 +1565,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     else {
       int found;
       QG_CHECK(pk_choose(ctx, fn, pkern, a32, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
-      if (!found) QG_CHECK(tg_choose(ctx, fn, wide, a32, rpl.n, hpl.n, N, H, &grid_rec));   /* R over the whole GPU */
+      if (!found) QG_CHECK(tg_choose(ctx, fn, wide, saved != NULL, a32, rpl.n, hpl.n, N, H, lut_bytes, &grid_rec));   /* R over the whole GPU */
       if (!found && !grid_rec)
         snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
                  (long long)H, rb, hb);
@@ -1761,8 +1774,15 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       gp.t = tp;
       gp.bar = (int32_t *)(ws + o_bar);
       gp.rld = (int)(KpR + 16);
-      const tg_kernel gk = tg_kernel_of(wide);
-      const size_t gsmem = tg_smem(KpR);
+      const tg_kernel gk = tg_kernel_of(wide, saved != NULL);
+      int dev, smem_max;
+      cudaFuncAttributes fa;
+      QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+      QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+      QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)gk));
+      const int64_t glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(KpR, 0) + fa.sharedSizeBytes));   /* as tg_choose */
+      gp.lut_smem = glut > 0;
+      const size_t gsmem = tg_smem(KpR, glut);
       QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 4, st));
       QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
       void *args[1] = {&gp};

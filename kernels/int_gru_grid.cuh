@@ -25,6 +25,9 @@
  *      tid / TS_U + 16 q), exactly as tc_step_kernel's A32 epilogue (a unit outside the 32-bit
  *      bounds runs the general cell and sets the layer's flag), then writes y, the saved state,
  *      hn and the next step's h plane (double-buffered as for tc_step_kernel), and arrives.
+ *      The four rows' cells are one straight-line block (every row computed, stores after), so
+ *      their dependent chains interleave; the activation tables sit in shared memory where they
+ *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
@@ -38,19 +41,23 @@
 #define TG_SKIP 0
 #endif
 
-enum { TG_KQ = 4, TG_WARPS_K = 4, TG_ILP = 1 };   /* TG_ILP: cells computed together before their stores */
+enum { TG_KQ = 4, TG_WARPS_K = 4 };
 
 struct tg_params {
   ts_params t;
   int32_t *bar;   /* [gridDim.y] arrival counters, zero at launch */
   int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free 32-bit fragment loads) */
+  int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
 };
 
 /* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], then the h block
- * [TS_N][rld], which after the products holds the two partial tiles [2][TS_N][TS_ALD] int32. */
-static size_t tg_smem(int64_t Kp) {
+ * [TS_N][rld], which after the products holds the two partial tiles [2][TS_N][TS_ALD] int32,
+ * then (lut_bytes > 0) the three activation tables of the 32-bit cell, codes then masks each
+ * (in shared memory the look-ups of the cell's chain do not depend on L1, which the W x stream
+ * evicts every step). */
+static size_t tg_smem(int64_t Kp, int64_t lut_bytes) {
   const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
-  return (size_t)TS_M * rld + (hb > tiles ? hb : tiles);
+  return (size_t)TS_M * rld + (hb > tiles ? hb : tiles) + (size_t)lut_bytes;
 }
 
 __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
@@ -59,7 +66,7 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
   return v;
 }
 
-template <int WIDE>
+template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t rsum[TG_WARPS_K][TS_N];        /* [K group][batch row]: sums of the h codes (r - base) */
@@ -86,6 +93,19 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   for (int e = tid; e < (QG_C32_ROWS + 1) * TS_U; e += TS_THREADS) {
     const int r = e / TS_U, uu = e % TS_U;
     Ps[e] = u0 + uu < H ? p.P32[r * H + u0 + uu] : 0;
+  }
+  qg_cell32 c32 = p.c32;
+  c32.P = Ps;
+  c32.H = TS_U;
+  if (gp.lut_smem) {   /* the tables after the h block / tiles (tg_smem) */
+    const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
+    int32_t *ls = (int32_t *)(smem + (size_t)TS_M * rld + (hb > tiles ? hb : tiles));
+    for (int k = 0; k < 3; k++) {
+      const int n = 2 * c32.lut_n[k];
+      for (int e = tid; e < n; e += TS_THREADS) ls[e] = c32.lut[k][e];
+      c32.lut[k] = ls;
+      ls += n;
+    }
   }
 
   /* this thread's cells: unit u, rows rb + 16 q; their previous codes stay in registers */
@@ -122,9 +142,6 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   };
   load_wx(0);
   const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
-  qg_cell32 c32 = p.c32;
-  c32.P = Ps;
-  c32.H = TS_U;
   const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
 
   for (int64_t s = 0; s < T; s++) {
@@ -141,13 +158,12 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     /* 2. the h block in TG_KQ groups of k steps, R h as each lands */
     const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0) * Kp;
 #pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {
+    for (int q = 0; q < TG_KQ; q++) {   /* thread: rows tid / 16 + 32 j, chunk columns c0 + tid % 16 + 16 m (no divisions) */
       const int c0 = (q * nks / TG_KQ) * 2, c1 = ((q + 1) * nks / TG_KQ) * 2;   /* 16-byte chunk columns */
-      const int w = c1 - c0;
-      for (int e = tid; e < TS_N * w; e += TS_THREADS) {
-        const int row = e / w, cv = c0 + e % w;
-        cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
-      }
+#pragma unroll
+      for (int row = tid >> 4; row < TS_N; row += TS_THREADS / 16)
+        for (int cv = c0 + (tid & 15); cv < c1; cv += 16)
+          cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
       cp_async_commit();
     }
     int32_t acc[3][4][4];
@@ -220,21 +236,20 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
       __syncthreads();
     }
-    /* the cells. 32-bit units: every row's cell first (loads only, so the unit's rows of Ps and
-     * the tables are read once for the four rows and the four chains overlap), then the stores */
+    /* the cells. 32-bit units: the four rows' cells in one straight-line block, every row
+     * computed (a row beyond N, a padded step or a unit beyond H gives defined codes that are
+     * not stored: the inputs are clamped by the cell's first requantizations, and the tables are
+     * indexed by clamped codes), so their four dependent chains interleave and the unit's rows
+     * of Ps are read once for the four; then the stores. SAVE = 0 (inference): the saved codes
+     * and the mask word are dead and the compiler drops their work. */
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
-    int32_t *hsave = c.hq ? c.hq + (s + 1) * N * H : NULL;
+    int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     if (TG_SKIP == 3) {
     } else if (use32) {
+      qg_cell32_out o[RPT];
 #pragma unroll
-     for (int q0 = 0; q0 < RPT; q0 += TG_ILP) {
-      qg_cell32_out o[TG_ILP];
-#pragma unroll
-      for (int qi = 0; qi < TG_ILP; qi++) {
-        const int q = q0 + qi;
+      for (int q = 0; q < RPT; q++) {
         const int r = rb + q * (TS_THREADS / TS_U);
-        o[qi].h = php[q];
-        if (!unit_ok || n0 + r >= N || s >= Ln[q]) continue;
         uint32_t sh = 0;
 #pragma unroll
         for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
@@ -243,29 +258,27 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         for (int k = 0; k < 3; k++)
           a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst[k] +
                  roff[k] * sh;
-        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[qi]);
+        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[q]);
       }
 #pragma unroll
-      for (int qi = 0; qi < TG_ILP; qi++) {
-        const int q = q0 + qi;
+      for (int q = 0; q < RPT; q++) {
         const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
         if (!unit_ok || n >= N) continue;
         if (s >= Ln[q]) {   /* padded step (t = s): the state stays, y = 0 */
-          zero_cell(c, s, n, i);
+          if (SAVE) zero_cell(c, s, n, i);
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
           const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[qi].h - QH.z) * ysc);
-          if (c.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[q].h - QH.z) * ysc);
+          if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
             uint32_t wd[3];
-            qg_cell_narrow_words(&c.cell, o[qi].zpre, o[qi].rpre, o[qi].gpre, o[qi].rhb, o[qi].mask, wd);
+            qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
             uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
             d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
           }
+          php[q] = o[q].h;
         }
-        php[q] = o[qi].h;
       }
-     }
     } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
 #pragma unroll
       for (int q = 0; q < RPT; q++) {
@@ -310,7 +323,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
       const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
       if (!unit_ok || n >= N) continue;
-      if (hsave) hsave[n * H + i] = php[q];
+      if (SAVE) hsave[n * H + i] = php[q];
       if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(php[q], QH);
       int8_t p0, p1;
       split_planes(php[q], p.baseH, 1, &p0, &p1);
