@@ -7,7 +7,11 @@
 # `source .device/device-env.sh`, with QGRU_NO_INSTALL=1 and QGRU_BUILD_DIR set:
 #   bash tests/gpu/device_check.sh [phases] [bench options...]
 # phases: comma-separated, in the order given: build,cgru,specs,memcheck,luasanitize,racecheck,
-# sweep,bench,cudnn (default: all but luasanitize and sweep).
+# sweep,bench,cudnn,mainjob (default: all but luasanitize, sweep and mainjob). A phase may repeat
+# (specs,specs: the specs twice, logs specs1.log, specs2.log). The recipes run through luajit with
+# lua/ on LUA_PATH (./qgru would build). luasanitize: QGRU_SANITIZE_DEADLINE (default 300 s) bounds
+# it; the per-test logs go to a tarball, $OUT/sanitize.tgz. mainjob: the README's main job
+# (recipes/qat.lua) on the GPU; the data from QGRU_FASHION_MNIST or the Debian package's folder.
 set -uo pipefail
 OUT=${OUT:-/tmp/qgru-out}
 mkdir -p "$OUT"
@@ -17,6 +21,8 @@ shift || true
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 export QGRU_ROOT=$PWD QGRU_LIB=$B/libqgru.so
+export LUA_PATH="$PWD/lua/?.lua;$PWD/lua/?/init.lua;${LUA_PATH:-;}"
+nspecs=0
 BUSTED=/tmp/deps/usr/bin/busted
 [ -f "$BUSTED" ] || BUSTED=$(command -v busted)
 SAN=/usr/local/cuda/bin/compute-sanitizer
@@ -38,25 +44,31 @@ run_phase() {
     timeout 60 "$B/test_cuda_gru" > "$OUT/cgru.log" 2>&1
     echo "cgru rc=$?"; tail -3 "$OUT/cgru.log"; grep FAIL "$OUT/cgru.log" | head ;;
   specs)
-    timeout 150 luajit "$BUSTED" --run=unit -o plainTerminal -t gpu tests/lua > "$OUT/specs.log" 2>&1
+    nspecs=$((nspecs + 1))
+    timeout 150 luajit "$BUSTED" --run=unit -o plainTerminal -t gpu tests/lua > "$OUT/specs$nspecs.log" 2>&1
     echo "specs rc=$?"
-    grep -E "successes|^Failure|^Error" -A4 "$OUT/specs.log" | cut -c1-300 | head -80 ;;
+    grep -E "successes|^Failure|^Error" -A4 "$OUT/specs$nspecs.log" | cut -c1-300 | head -80 ;;
   memcheck)
     timeout 120 "$SAN" --tool memcheck --print-limit 20 "$B/test_cuda_gru" > "$OUT/sanitize.log" 2>&1
     echo "memcheck rc=$?"
     grep -E "ERROR SUMMARY|failure|FAIL|Invalid" "$OUT/sanitize.log" | head -20 ;;
   luasanitize)
-    OUT="$OUT/sanitize" QGRU_SANITIZE_TIMEOUT=${QGRU_SANITIZE_TIMEOUT:-300} bash tests/sanitize_gpu.sh > "$OUT/luasanitize.log" 2>&1
-    echo "lua sanitize rc=$?"; grep -E "^\[(memcheck|racecheck)\]" "$OUT/luasanitize.log" | cut -c1-300 ;;
+    QGRU_SANITIZE_DIR=/tmp/qgru-sanitize QGRU_SANITIZE_DEADLINE=${QGRU_SANITIZE_DEADLINE:-300} \
+      bash tests/sanitize_gpu.sh > "$OUT/luasanitize.log" 2>&1
+    echo "lua sanitize rc=$?"; grep -E "^\[(memcheck|racecheck|initcheck|synccheck)\]" "$OUT/luasanitize.log" | cut -c1-300
+    tar -czf "$OUT/sanitize.tgz" -C /tmp qgru-sanitize 2>/dev/null ;;
+  mainjob)
+    timeout 240 luajit recipes/qat.lua --device cuda > "$OUT/mainjob.log" 2>&1
+    echo "mainjob rc=$?"; grep -iE "accuracy|float|ptq|qat" "$OUT/mainjob.log" | tail -8 | cut -c1-200 ;;
   racecheck)
     timeout 120 "$SAN" --tool racecheck --print-limit 20 "$B/test_cuda_gru" quick >> "$OUT/sanitize.log" 2>&1
     echo "racecheck rc=$?"
     grep -E "RACECHECK SUMMARY|failure|FAIL" "$OUT/sanitize.log" | tail -4 ;;
   sweep)
-    timeout 150 ./qgru recipes/bench.lua --name sweep --sweep --repeats 5 --warmup 1 > "$OUT/sweep.log" 2>&1
+    timeout 150 luajit recipes/bench.lua --name sweep --sweep --repeats 5 --warmup 1 > "$OUT/sweep.log" 2>&1
     echo "sweep rc=$?"; grep -E "auto fwd|best" "$OUT/sweep.log" | cut -c1-260 ;;
   bench)
-    timeout 150 ./qgru recipes/bench.lua --name gpu "${BENCH_ARGS[@]}" > "$OUT/bench.log" 2>&1
+    timeout 240 luajit recipes/bench.lua --name gpu "${BENCH_ARGS[@]}" > "$OUT/bench.log" 2>&1
     echo "bench rc=$?"
     grep -A60 "^GPU, one GRU" "$OUT/bench.log" | head -70 ;;
   cudnn)
