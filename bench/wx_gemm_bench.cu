@@ -5,9 +5,11 @@
  * terms and the requantization) at the W x sizes of the five bench shapes (M = 3H, N = T N, K = C).
  * For each size: random int8 planes (zeros in the padding), random zero-point terms and
  * exponents; the old and the new kernel in the 32-bit accumulator mode and in the codes mode
- * (and two-plane operands at some sizes) must give identical bytes; then median times of 20
- * launches after 3 warm-up ones (CUDA events). `--ncu`: one launch of each at the large size
- * (for ncu). Build: nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -I. bench/wx_gemm_bench.cu -lcublasLt
+ * and two-plane operands) must give identical bytes, for every tile variant of the new kernel
+ * (wx_gemm_variant), and the new kernel without the zero-point terms must equal cuBLASLt's
+ * product; then median times of 20 launches after 3 warm-up ones (CUDA events). The extra size
+ * odd-large has partial tiles along every dimension and an odd 3H. `--ncu`: at the large size
+ * only, one launch each of the old kernel, the new one (auto variant), cuBLASLt, variant 1. Build: nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -I. bench/wx_gemm_bench.cu -lcublasLt
  */
 #include "../kernels/wx_gemm.cuh"
 
@@ -153,8 +155,9 @@ static void launch_old(const wx_params &p, int obs, int single) {
   else { if (single) wx_gemm_old_kernel<0, 1><<<grid, 256>>>(p); else wx_gemm_old_kernel<0, 0><<<grid, 256>>>(p); }
   CK(cudaGetLastError());
 }
-static void launch_new(const wx_params &p, int obs, int single) {
-  CK(wx_gemm_launch(p, obs, single, 0));
+static int g_sms;
+static void launch_new(const wx_params &p, int obs, int single, int variant = -1) {
+  CK(wx_gemm_launch(p, obs, single, 0, g_sms, variant));
   CK(cudaGetLastError());
 }
 
@@ -182,9 +185,9 @@ __global__ void fill_i32(int32_t *d, int64_t n, int lo, int span, uint64_t seed)
 
 struct shape { const char *name; int64_t M, N, K; };
 static const shape SHAPES[] = { { "seed-small", 768, 400, 128 }, { "seed-qat", 384, 1600, 64 }, { "medium", 1536, 6400, 256 },
-                                { "large", 3072, 25600, 512 }, { "long-kws", 192, 16000, 40 } };
+                                { "large", 3072, 25600, 512 }, { "long-kws", 192, 16000, 40 },
+                                { "odd-large", 3069, 25555, 500 } };   /* partial tiles along every dimension, odd 3H */
 
-static int64_t rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 template <typename F>
 static double median_ms(F f, int reps = 20) {
@@ -201,6 +204,8 @@ static double median_ms(F f, int reps = 20) {
   return t[t.size() / 2];
 }
 
+static int64_t rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
 struct lt_gemm {
   cublasLtHandle_t h; cublasLtMatmulDesc_t op; cublasLtMatrixLayout_t la, lb, lc; cublasLtMatmulAlgo_t algo; void *ws; size_t wsz;
 };
@@ -210,8 +215,9 @@ static void lt_setup(lt_gemm *g, int64_t M, int64_t N, int64_t K) {
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  LK(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_8I, K, M, K));   /* W [M][K] row-major = K x M column-major, op T */
-  LK(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_8I, K, N, K));   /* X [N][K] */
+  const int64_t Kp = rup(K, WX_BK);   /* the planes' row stride */
+  LK(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_8I, K, M, Kp));   /* W [M][Kp] row-major = K x M column-major, op T */
+  LK(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_8I, K, N, Kp));   /* X [N][Kp] */
   LK(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32I, M, N, M));  /* D [N][M]: j contiguous, as qwx */
   g->wsz = 64 << 20;
   CK(cudaMalloc(&g->ws, g->wsz));
@@ -246,9 +252,10 @@ static int64_t diff_bytes(const void *a, const void *b, size_t n) {
 
 int main(int argc, char **argv) {
   const bool ncu = argc > 1 && !strcmp(argv[1], "--ncu");
+  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   int fails = 0;
-  printf("%-10s %6s %6s %4s | %-22s | %9s %9s %9s | %8s %7s | %s\n", "shape", "M", "N", "K", "mode", "old ms", "new ms", "cuBLASLt", "new TOPS",
-         "old/new", "old == new");
+  printf("%-10s %6s %6s %4s | %-22s | %9s %9s %9s | %8s %7s | %s | %s | %8s %8s %8s\n", "shape", "M", "N", "K", "mode", "old ms", "new ms", "cuBLASLt", "new TOPS",
+         "old/new", "old == new", "auto variant", "v0 ms", "v1 ms", "v2 ms");
   for (const shape &s : SHAPES) {
     if (ncu && strcmp(s.name, "large")) continue;
     const int64_t M = s.M, TN = s.N, K = s.K;
@@ -281,7 +288,7 @@ int main(int argc, char **argv) {
       lt_gemm g;
       if (mode == 0) { lt_setup(&g, M, TN, K); lt_run(&g, Wp, Xp, q_lt); }
       CK(cudaDeviceSynchronize());
-      if (ncu) { lt_free(&g); continue; }
+      if (ncu) { launch_new(pn, 0, single, 1); CK(cudaDeviceSynchronize()); lt_free(&g); continue; }
       int64_t d = diff_bytes(q_old, q_new, TN * M * 4);
       if (mode > 0) d += diff_bytes(m_old, m_new, TN * M);
       if (mode == 0) {   /* without the zero-point terms the accumulators are cuBLASLt's product */
@@ -293,6 +300,18 @@ int main(int argc, char **argv) {
         if (dl) { printf("  %s: %lld bytes differ from cuBLASLt's product\n", s.name, (long long)dl); fails++; }
         launch_new(pn, 0, 1);
       }
+      /* every variant of the new kernel: identical bytes, and its time */
+      double tv[3] = { 0, 0, 0 };
+      for (int v = 0; v < (single ? 3 : 1); v++) {
+        CK(cudaMemset(q_new, 0xa5, TN * M * 4)); CK(cudaMemset(m_new, 0xa5, TN * M));
+        launch_new(pn, 0, single, v);
+        CK(cudaDeviceSynchronize());
+        int64_t dv = diff_bytes(q_old, q_new, TN * M * 4);
+        if (mode > 0) dv += diff_bytes(m_old, m_new, TN * M);
+        if (dv) { printf("  %s mode %d variant %d: %lld bytes differ from the old kernel's\n", s.name, mode, v, (long long)dv); fails++; }
+        tv[v] = median_ms([&] { launch_new(pn, 0, single, v); });
+      }
+      const int va = wx_gemm_variant(Np, Mp, single, g_sms, -1);
       double to = median_ms([&] { launch_old(p, 0, single); });
       double tn = median_ms([&] { launch_new(pn, 0, single); });
       double tl = mode == 0 ? median_ms([&] { lt_run(&g, Wp, Xp, q_lt); }) : 0.0;
@@ -301,8 +320,8 @@ int main(int argc, char **argv) {
       const char *mn = mode == 0 ? "int32 acc, 1 plane" : mode == 1 ? "codes+masks, 1 plane" : "codes+masks, 2 planes";
       char lt[32] = "-";
       if (mode == 0) snprintf(lt, sizeof lt, "%.4f", tl);
-      printf("%-10s %6lld %6lld %4lld | %-22s | %9.4f %9.4f %9s | %8.1f %7.2f | %s\n", s.name, (long long)M, (long long)TN, (long long)K, mn, to, tn,
-             lt, ops / (tn * 1e-3) / 1e12, to / tn, d == 0 ? "yes" : "NO");
+      printf("%-10s %6lld %6lld %4lld | %-22s | %9.4f %9.4f %9s | %8.1f %7.2f | %-3s | v%d | %8.4f %8.4f %8.4f\n", s.name, (long long)M, (long long)TN,
+             (long long)K, mn, to, tn, lt, ops / (tn * 1e-3) / 1e12, to / tn, d == 0 ? "yes" : "NO", va, tv[0], tv[1], tv[2]);
       if (d) { printf("  %lld bytes differ\n", (long long)d); fails++; }
     }
     cudaFree(Wp); cudaFree(Xp); cudaFree(bc); cudaFree(ow); cudaFree(sx); cudaFree(eW); cudaFree(z64);

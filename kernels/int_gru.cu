@@ -1515,7 +1515,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       wp.bconst = (const int64_t *)(ws + o_bcW); wp.offW = (const int64_t *)(ws + o_offW); wp.SX = SX;
       wp.eW = g->w_exp[QG_W_W]; wp.eX = QX.e; wp.Q = QWX; wp.L = L;
       wp.qwx = qwx; wp.mwx = mwx; wp.acc_out = a32; wp.range = range; wp.counts = counts;
-      QG_CUDA_CHECK(ctx, fn, wx_gemm_launch(wp, obs, wpl.n == 1 && xpl.n == 1, st));
+      QG_CUDA_CHECK(ctx, fn, wx_gemm_launch(wp, obs, wpl.n == 1 && xpl.n == 1, st, ctx->sm_count));
     } else {
       const double one = 1.0, zero = 0.0;
       double *acc = (double *)(ws + o_acc);

@@ -12,14 +12,15 @@
  * exponent eW[j] + eX (qg_requant64), observed at valid steps (OBS). Output rows tn of
  * qwx / mwx [T N][3H] (time order), j contiguous.
  *
- * Kernel: block tile WX_BT(MT) time rows x WX_BJ = 128 output rows, 8 warps (2 along tn x 4
- * along j) of MT*16 x 32; K in tiles of WX_BK = 64 bytes through a WX_STAGES-deep cp.async ring
+ * Kernel: block tile BT time rows x WX_BJ = 128 output rows, warps of MT*16 x 32 (WT along tn x 4
+ * along j; three variants below, chosen by the grid's size); K in tiles of WX_BK = 64 bytes through a WX_STAGES-deep cp.async ring
  * in shared memory (rows padded to 80 bytes: the ldmatrix row addresses of a phase fall in
  * distinct 16-byte bank groups); fragments by ldmatrix.x4, products on mma.sync m16n8k32 s8
  * (int32). The plane pairs of two-plane operands continue the same pipeline (their K tiles
  * follow each other), each pair's int32 sums folded into int64 accumulators at its end.
- * SINGLE (one plane each, <= 8-bit operands): MT = 4 (128 x 128 per block, two blocks per
- * multiprocessor); otherwise MT = 2 (64 x 128: room for the int64 accumulators).
+ * Two-plane operands take the 64 x 128 variant (room for the int64 accumulators); single planes
+ * the 256 x 128 one where its grid covers the GPU twice, else 128 x 128 where that covers it once,
+ * else 64 x 128.
  * Epilogue straight from the accumulator fragments: each thread holds pairs of adjacent j of one
  * tn, stored as one 8-byte word (codes / accumulators) and one 2-byte word (masks) where 3H is
  * even, element by element otherwise; a warp's store covers 8 rows x 32 bytes (full sectors).
@@ -30,7 +31,8 @@
 #include "int_gru_common.cuh"
 #include "stats.cuh"
 
-enum { WX_BJ = 128, WX_BT = 128, WX_BK = 64, WX_LD = WX_BK + 16, WX_STAGES = 4, WX_THREADS = 256 };
+/* WX_BT: the padding of Np (every variant's time tile divides it) */
+enum { WX_BJ = 128, WX_BT = 256, WX_BK = 64, WX_LD = WX_BK + 16, WX_STAGES = 4 };
 
 struct wx_params {
   const int8_t *Wp, *Xp;
@@ -72,14 +74,19 @@ __device__ __forceinline__ void wx_mma(int32_t *d, const uint32_t *a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Time rows per block and dynamic shared memory of a variant. */
-__host__ __device__ constexpr int wx_mt(int single) { return single ? 4 : 2; }
-__host__ __device__ constexpr int wx_rows_t(int single) { return 2 * 16 * wx_mt(single); }
-__host__ __device__ constexpr int wx_smem(int single) { return WX_STAGES * (wx_rows_t(single) + WX_BJ) * WX_LD; }
+/* Tile variants: WT warps along the time rows (x 4 along j), MT m16 tiles per warp.
+ *   0: 2 x 2 ->  64 x 128, 256 threads (two-plane operands; small grids)
+ *   1: 2 x 4 -> 128 x 128, 256 threads, two blocks per multiprocessor
+ *   2: 4 x 4 -> 256 x 128, 512 threads (one plane, large grids: a quarter less operand traffic) */
+__host__ __device__ constexpr int wx_wt(int v) { return v == 2 ? 4 : 2; }
+__host__ __device__ constexpr int wx_mtv(int v) { return v == 0 ? 2 : 4; }
+__host__ __device__ constexpr int wx_rows_t(int v) { return wx_wt(v) * 16 * wx_mtv(v); }
+__host__ __device__ constexpr int wx_threads(int v) { return 128 * wx_wt(v); }
+__host__ __device__ constexpr int wx_smem(int v) { return WX_STAGES * (wx_rows_t(v) + WX_BJ) * WX_LD; }
 
-template <int OBS, int SINGLE>
-__global__ void __launch_bounds__(WX_THREADS, SINGLE ? 2 : 1) wx_gemm_kernel(const __grid_constant__ wx_params p) {
-  constexpr int MT = wx_mt(SINGLE), BT = wx_rows_t(SINGLE), STAGE = (BT + WX_BJ) * WX_LD;
+template <int OBS, int SINGLE, int V>
+__global__ void __launch_bounds__(wx_threads(V), (SINGLE && V == 1) ? 2 : 1) wx_gemm_kernel(const __grid_constant__ wx_params p) {
+  constexpr int MT = wx_mtv(V), BT = wx_rows_t(V), STAGE = (BT + WX_BJ) * WX_LD, WX_THREADS = wx_threads(V);
   extern __shared__ __align__(16) int8_t wx_sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wt = warp >> 2, wj = warp & 3;   /* warp tile: time rows wt*MT*16, output rows wj*32 */
@@ -246,23 +253,34 @@ __global__ void __launch_bounds__(WX_THREADS, SINGLE ? 2 : 1) wx_gemm_kernel(con
   }
 }
 
-/* Enqueues the variant for (OBS, single) on stream st: grid (Np / rows, Mp / WX_BJ). Returns the
- * error of raising the kernel's shared-memory limit; the launch's own error is the caller's to read. */
-static inline cudaError_t wx_gemm_launch(const wx_params &p, int obs, int single, cudaStream_t st) {
-  const void *k = obs ? (single ? (const void *)wx_gemm_kernel<1, 1> : (const void *)wx_gemm_kernel<1, 0>)
-                      : (single ? (const void *)wx_gemm_kernel<0, 1> : (const void *)wx_gemm_kernel<0, 0>);
-  const int smem = single ? wx_smem(1) : wx_smem(0), bt = single ? wx_rows_t(1) : wx_rows_t(0);
-  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+/* The variant a launch takes (variant < 0: by the grid; two-plane operands always take 0). */
+static inline int wx_gemm_variant(int64_t Np, int64_t Mp, int single, int sms, int variant) {
+  if (!single) return 0;
+  if (variant >= 0) return variant;
+  const int64_t jt = Mp / WX_BJ;
+  if ((Np / wx_rows_t(2)) * jt >= 2 * (int64_t)sms) return 2;
+  if ((Np / wx_rows_t(1)) * jt >= (int64_t)sms) return 1;
+  return 0;
+}
+
+template <int OBS, int SINGLE, int V>
+static inline cudaError_t wx_gemm_go(const wx_params &p, cudaStream_t st) {
+  cudaError_t e = cudaFuncSetAttribute((const void *)wx_gemm_kernel<OBS, SINGLE, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, wx_smem(V));
   if (e != cudaSuccess) return e;
-  const dim3 grid((unsigned)(p.Np / bt), (unsigned)(p.Mp / WX_BJ));
-  if (obs) {
-    if (single) wx_gemm_kernel<1, 1><<<grid, WX_THREADS, smem, st>>>(p);
-    else wx_gemm_kernel<1, 0><<<grid, WX_THREADS, smem, st>>>(p);
-  } else {
-    if (single) wx_gemm_kernel<0, 1><<<grid, WX_THREADS, smem, st>>>(p);
-    else wx_gemm_kernel<0, 0><<<grid, WX_THREADS, smem, st>>>(p);
-  }
+  const dim3 grid((unsigned)(p.Np / wx_rows_t(V)), (unsigned)(p.Mp / WX_BJ));
+  wx_gemm_kernel<OBS, SINGLE, V><<<grid, wx_threads(V), wx_smem(V), st>>>(p);
   return cudaSuccess;
+}
+
+/* Enqueues W x on stream st (Np % WX_BT == 0, Mp % WX_BJ == 0, Kp % WX_BK == 0); sms: the
+ * device's multiprocessors; variant: -1 (chosen by the grid) or a forced one (benchmarks).
+ * Returns the error of raising the kernel's shared-memory limit; the launch's own error is the
+ * caller's to read. */
+static inline cudaError_t wx_gemm_launch(const wx_params &p, int obs, int single, cudaStream_t st, int sms, int variant = -1) {
+  const int v = wx_gemm_variant(p.Np, p.Mp, single, sms, variant);
+  if (!single) return obs ? wx_gemm_go<1, 0, 0>(p, st) : wx_gemm_go<0, 0, 0>(p, st);
+  if (obs) return v == 2 ? wx_gemm_go<1, 1, 2>(p, st) : v == 1 ? wx_gemm_go<1, 1, 1>(p, st) : wx_gemm_go<1, 1, 0>(p, st);
+  return v == 2 ? wx_gemm_go<0, 1, 2>(p, st) : v == 1 ? wx_gemm_go<0, 1, 1>(p, st) : wx_gemm_go<0, 1, 0>(p, st);
 }
 
 #endif
