@@ -311,7 +311,7 @@ int main(int argc, char **argv) {
         if (dv) { printf("  %s mode %d variant %d: %lld bytes differ from the old kernel's\n", s.name, mode, v, (long long)dv); fails++; }
         tv[v] = median_ms([&] { launch_new(pn, 0, single, v); });
       }
-      const int va = wx_gemm_variant(Np, Mp, single, g_sms, -1);
+      const int va = wx_gemm_variant(Np, Mp, M, single, g_sms, -1);
       double to = median_ms([&] { launch_old(p, 0, single); });
       double tn = median_ms([&] { launch_new(pn, 0, single); });
       double tl = mode == 0 ? median_ms([&] { lt_run(&g, Wp, Xp, q_lt); }) : 0.0;

@@ -19,8 +19,7 @@
  * (int32). The plane pairs of two-plane operands continue the same pipeline (their K tiles
  * follow each other), each pair's int32 sums folded into int64 accumulators at its end.
  * Two-plane operands take the 64 x 128 variant (room for the int64 accumulators); single planes
- * the 256 x 128 one where its grid covers the GPU twice, else 128 x 128 where that covers it once,
- * else 64 x 128.
+ * 128 x 128 where that grid covers the GPU (and 3H is even), else 64 x 128 (wx_gemm_variant).
  * Epilogue straight from the accumulator fragments: each thread holds pairs of adjacent j of one
  * tn, stored as one 8-byte word (codes / accumulators) and one 2-byte word (masks) where 3H is
  * even, element by element otherwise; a warp's store covers 8 rows x 32 bytes (full sectors).
@@ -253,13 +252,16 @@ __global__ void __launch_bounds__(wx_threads(V), (SINGLE && V == 1) ? 2 : 1) wx_
   }
 }
 
-/* The variant a launch takes (variant < 0: by the grid; two-plane operands always take 0). */
-static inline int wx_gemm_variant(int64_t Np, int64_t Mp, int single, int sms, int variant) {
+/* The variant a launch takes (variant < 0: by the grid; two-plane operands always take 0). From
+ * bench/gpu_runs/wx_gemm_bench.log (H200, every variant timed at the five bench sizes): 1 where
+ * its grid covers the GPU (large 0.268 ms against 0.296 for 2 and 0.350 for 0; medium, long-kws
+ * too), else 0 (seed-small, seed-qat); 0 also for odd 3H (element-wise stores: odd-large 0.59 ms
+ * against 0.73 for 1). Variant 2 is never chosen (slower everywhere measured); kept for the bench. */
+static inline int wx_gemm_variant(int64_t Np, int64_t Mp, int64_t H3, int single, int sms, int variant) {
   if (!single) return 0;
   if (variant >= 0) return variant;
-  const int64_t jt = Mp / WX_BJ;
-  if ((Np / wx_rows_t(2)) * jt >= 2 * (int64_t)sms) return 2;
-  if ((Np / wx_rows_t(1)) * jt >= (int64_t)sms) return 1;
+  if (H3 & 1) return 0;
+  if ((Np / wx_rows_t(1)) * (Mp / WX_BJ) >= (int64_t)sms) return 1;
   return 0;
 }
 
@@ -277,7 +279,7 @@ static inline cudaError_t wx_gemm_go(const wx_params &p, cudaStream_t st) {
  * Returns the error of raising the kernel's shared-memory limit; the launch's own error is the
  * caller's to read. */
 static inline cudaError_t wx_gemm_launch(const wx_params &p, int obs, int single, cudaStream_t st, int sms, int variant = -1) {
-  const int v = wx_gemm_variant(p.Np, p.Mp, single, sms, variant);
+  const int v = wx_gemm_variant(p.Np, p.Mp, p.H3, single, sms, variant);
   if (!single) return obs ? wx_gemm_go<1, 0, 0>(p, st) : wx_gemm_go<0, 0, 0>(p, st);
   if (obs) return v == 2 ? wx_gemm_go<1, 1, 2>(p, st) : v == 1 ? wx_gemm_go<1, 1, 1>(p, st) : wx_gemm_go<1, 1, 0>(p, st);
   return v == 2 ? wx_gemm_go<0, 1, 2>(p, st) : v == 1 ? wx_gemm_go<0, 1, 1>(p, st) : wx_gemm_go<0, 1, 0>(p, st);
