@@ -90,6 +90,7 @@
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
 #include "stats.cuh"
+#include "wx_gemm.cuh"
 #include "../core/int_gru.h"
 
 #include <cooperative_groups.h>
@@ -308,143 +309,8 @@ __global__ void wx_requant_kernel(const double *acc, int64_t T, int64_t N, int64
   if (OBS && r / N < length_at(L, r % N, T)) observe(range, counts, QG_Q_MATMUL_WX, ldexp(a, -s));
 }
 
-/* ---- W x on the int8 tensor cores, requantized in the epilogue ----
- * Wp [PA][Mp][Kp] (rows j of W), Xp [PB][Np][Kp] (rows tn of x), Mp % 128 == 0, Np % 64 == 0,
- * Kp % 64 == 0. Block tile 128 (j) x 64 (tn), 8 warps of 32 x 32, K in steps of 64. */
-enum { WX_BM = 128, WX_BN = 64, WX_BK = 64, WX_LD = WX_BK + 16 };
-
-struct wx_params {
-  const int8_t *Wp, *Xp;
-  int64_t Mp, Np, Kp;
-  int PA, PB;
-  int64_t H3, T, N;
-  const int64_t *bconst, *offW, *SX;
-  const int32_t *eW;
-  int eX;
-  qg_qp Q;
-  const int64_t *L;
-  int32_t *qwx;      /* codes, or (acc_out) the accumulators themselves, exact below 2^29 */
-  uint8_t *mwx;
-  int acc_out;       /* 1: write the int32 accumulators (the persistent kernel's 32-bit mode requantizes them) */
-  double *range;
-  int64_t *counts;
-};
-
-/* SINGLE: one plane pair (operands of <= 8 bits), no int64 accumulators. */
-template <int OBS, int SINGLE>
-__global__ void __launch_bounds__(256) wx_gemm_kernel(const __grid_constant__ wx_params p) {
-  __shared__ __align__(16) int8_t As[WX_BM * WX_LD], Bs[WX_BN * WX_LD];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int wm = warp & 3, wn = warp >> 2;   /* warp tile rows wm*32, cols wn*32 */
-  const int64_t m0 = (int64_t)blockIdx.y * WX_BM, n0 = (int64_t)blockIdx.x * WX_BN;
-  int64_t acc64[2][4][4];
-  int32_t acc[2][4][4];
-  if (!SINGLE) {
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-      for (int b = 0; b < 4; b++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc64[a][b][e] = 0;
-  }
-  const int PA = SINGLE ? 1 : p.PA, PB = SINGLE ? 1 : p.PB;
-  for (int pa = 0; pa < PA; pa++)
-    for (int pb = 0; pb < PB; pb++) {
-#pragma unroll
-      for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
-      const int8_t *Ab = p.Wp + (pa * p.Mp + m0) * p.Kp, *Bb = p.Xp + (pb * p.Np + n0) * p.Kp;
-      for (int64_t k0 = 0; k0 < p.Kp; k0 += WX_BK) {
-        for (int c = threadIdx.x; c < WX_BM * 4; c += 256) {
-          const int row = c >> 2, cv = c & 3;
-          *(int4 *)&As[row * WX_LD + cv * 16] = *(const int4 *)&Ab[row * p.Kp + k0 + cv * 16];
-        }
-        {
-          const int row = threadIdx.x >> 2, cv = threadIdx.x & 3;
-          *(int4 *)&Bs[row * WX_LD + cv * 16] = *(const int4 *)&Bb[row * p.Kp + k0 + cv * 16];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < WX_BK; kk += 32) {
-          uint32_t af[2][4], bf[4][2];
-#pragma unroll
-          for (int mt = 0; mt < 2; mt++) {
-            const int8_t *a = As + (wm * 32 + mt * 16 + g) * WX_LD + kk + 4 * tq;
-            af[mt][0] = lds32(a);
-            af[mt][1] = lds32(a + 8 * WX_LD);
-            af[mt][2] = lds32(a + 16);
-            af[mt][3] = lds32(a + 8 * WX_LD + 16);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            const int8_t *b = Bs + (wn * 32 + nt * 8 + g) * WX_LD + kk + 4 * tq;
-            bf[nt][0] = lds32(b);
-            bf[nt][1] = lds32(b + 16);
-          }
-#pragma unroll
-          for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
-        }
-        __syncthreads();
-      }
-      if (!SINGLE) {
-        const int64_t sc = plane_scale(p.PA, pa) * plane_scale(p.PB, pb);
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-          for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc64[a][b][e] += sc * acc[a][b][e];
-      }
-    }
-  /* epilogue: every load first (4 rows j, 8 columns tn per thread), then the requantization and
-   * the stores, so that no load waits behind a store it might alias */
-  const int64_t TN = p.T * p.N;
-  int64_t bc[2][2], ow[2][2], sx[4][2];
-  int ew[2][2];
-  bool vt[4][2];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * h;
-      const bool ok = j < p.H3;
-      bc[mt][h] = ok ? p.bconst[j] : 0;
-      ow[mt][h] = ok ? p.offW[j] : 0;
-      ew[mt][h] = ok ? p.eW[j] : 0;
-    }
-#pragma unroll
-  for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + h;
-      sx[nt][h] = tn < TN ? p.SX[tn] : 0;
-      vt[nt][h] = OBS && tn < TN && tn / p.N < length_at(p.L, tn % p.N, p.T);
-    }
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int hj = e >> 1, ht = e & 1;
-        const int64_t j = m0 + wm * 32 + mt * 16 + g + 8 * hj;
-        const int64_t tn = n0 + wn * 32 + nt * 8 + 2 * tq + ht;
-        if (j >= p.H3 || tn >= TN) continue;
-        const int64_t v = (SINGLE ? (int64_t)acc[mt][nt][e] : acc64[mt][nt][e]) + bc[mt][hj] + ow[mt][hj] * sx[nt][ht];
-        if (!OBS && p.acc_out) { p.qwx[tn * p.H3 + j] = (int32_t)v; continue; }
-        const int s = ew[mt][hj] + p.eX;
-        int m;
-        const int64_t code = qg_requant64(v, s, p.Q, &m);
-        p.qwx[tn * p.H3 + j] = (int32_t)code;
-        p.mwx[tn * p.H3 + j] = (uint8_t)m;
-        if (OBS && vt[nt][ht]) observe(p.range, p.counts, QG_Q_MATMUL_WX, ldexp((double)v, -s));
-      }
-}
+/* ---- W x on the int8 tensor cores, requantized in the epilogue: wx_gemm_kernel of
+ * kernels/wx_gemm.cuh (included above) ---- */
 
 /* ================================ forward: the recurrence ================================ */
 
@@ -1590,7 +1456,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   const int64_t o_xq = saved ? 0 : take(&total, TN * C * 4), o_xm = saved ? 0 : take(&total, TN * C);
   const int64_t o_hp = saved ? 0 : take(&total, 2 * NH * 4);
   const int64_t o_qwx = take(&total, TN * H3 * 4), o_mwx = take(&total, TN * H3);
-  const int64_t Np = round_up(TN > 0 ? TN : 1, WX_BN), KpX = round_up(C, WX_BK), MpW = round_up(H3, WX_BM);
+  const int64_t Np = round_up(TN > 0 ? TN : 1, WX_BT), KpX = round_up(C, WX_BK), MpW = round_up(H3, WX_BJ);
   int64_t o_Xp = 0, o_SX = 0, o_Wp = 0, o_offW = 0, o_bcW = 0, o_Xd = 0, o_Wd = 0, o_acc = 0;
   if (wx_mma) {
     o_Xp = take(&total, xpl.n * Np * KpX); o_SX = take(&total, Np * 8);
@@ -1669,15 +1535,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       wp.bconst = (const int64_t *)(ws + o_bcW); wp.offW = (const int64_t *)(ws + o_offW); wp.SX = SX;
       wp.eW = g->w_exp[QG_W_W]; wp.eX = QX.e; wp.Q = QWX; wp.L = L;
       wp.qwx = qwx; wp.mwx = mwx; wp.acc_out = a32; wp.range = range; wp.counts = counts;
-      const dim3 grid((unsigned)(Np / WX_BN), (unsigned)(MpW / WX_BM));
-      const int single = wpl.n == 1 && xpl.n == 1;
-      if (obs) {
-        if (single) wx_gemm_kernel<1, 1><<<grid, 256, 0, st>>>(wp);
-        else wx_gemm_kernel<1, 0><<<grid, 256, 0, st>>>(wp);
-      } else {
-        if (single) wx_gemm_kernel<0, 1><<<grid, 256, 0, st>>>(wp);
-        else wx_gemm_kernel<0, 0><<<grid, 256, 0, st>>>(wp);
-      }
+      QG_CUDA_CHECK(ctx, fn, wx_gemm_launch(wp, obs, wpl.n == 1 && xpl.n == 1, st, ctx->sm_count));
     } else {
       const double one = 1.0, zero = 0.0;
       double *acc = (double *)(ws + o_acc);

@@ -17,6 +17,8 @@
 --   * calibration statistics observed on the GPU equal the CPU's and give identical (e, z) for
 --     every operator;
 --   * a forced persistent path on operands it cannot hold is a clear error; auto falls back;
+--   * the W x GEMM (kernels/wx_gemm.cuh) over several partial tiles along T N, 3H and C (more K
+--     tiles than its ring holds), odd and even 3H, one and two planes, observer on and off;
 --   * int8 layers run the 32-bit cell (qg_int_gru_cell_path) in the persistent kernel and in the
 --     tensor-core step (auto with a forced shape that cannot hold H), a unit outside its bounds
 --     the general cell; the same bytes.
@@ -246,6 +248,15 @@ local CASES = {
       return uniform_config(8, { ["weight.R"] = { bitwidth = 4, is_unsigned = true },
                                  ["output.h"] = { bitwidth = 16, is_symmetric = false } }, "r4h16")
     end },
+  -- the W x GEMM's tiles (kernels/wx_gemm.cuh: 128 or 64 time rows x 128 output rows, K tiles of
+  -- 64 through a 4-deep ring): several partial tiles along every dimension, more K tiles than
+  -- the ring holds, odd 3H (element-wise stores) and even 3H (paired stores)
+  { seed = 18, T = 3, N = 100, C = 200, H = 50, h0 = true, lengths = true,
+    name = "W x: T N = 300, 3H = 150, C = 200 (partial tiles, 4 K tiles), every operator 16-bit (two planes)",
+    cfg = function() return uniform_config(16, { ["weight.W"] = { bitwidth = 16, is_symmetric = false, is_unsigned = true } }, "wx16") end },
+  { seed = 19, T = 2, N = 150, C = 330, H = 45, reverse = true, name = "W x: odd 3H = 135, T N = 300, C = 330 (6 K tiles, partial)" },
+  { seed = 20, T = 1, N = 2, C = 70, H = 45, h0 = true, name = "W x: T N = 2 (one partial time tile), 8-bit asymmetric unsigned W",
+    cfg = function() return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "wx8a") end },
 }
 
 describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
@@ -503,6 +514,14 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
         return uniform_config(8, { ["weight.R"] = { bitwidth = 16, is_symmetric = false },
                                    ["output.h"] = { bitwidth = 12, is_symmetric = false, is_unsigned = true } }, "stats16")
       end },
+    -- the W x GEMM's observer variants over several tiles: one plane (asymmetric W), two planes
+    { seed = 34, T = 3, N = 100, C = 200, H = 50, lengths = true, reverse = true, name = "W x over tiles, 8-bit asymmetric W",
+      cfg = function() return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false } }, "obs8") end },
+    { seed = 35, T = 3, N = 100, C = 200, H = 45, h0 = true, lengths = true, name = "W x over tiles, 12-bit x, 16-bit W",
+      cfg = function()
+        return uniform_config(8, { ["weight.W"] = { bitwidth = 16, is_symmetric = false }, ["input.x"] = { bitwidth = 12, is_symmetric = false } },
+                              "obs16")
+      end },
   }
   for _, c in ipairs(SCASES) do
     it(string.format("seed %d: calibration statistics observed on the GPU give the CPU's (e, z) for every operator, both paths%s",
@@ -580,6 +599,9 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
     { seed = 43, T = 4, N = 3, C = 300, H = 130, h0 = true, reverse = true },
     { seed = 44, T = 7, N = 33, C = 3, H = 1, h0 = true, lengths = true, cluster = 1 },
     { seed = 45, T = 3, N = 17, C = 64, H = 129, h0 = true, lengths = true, reverse = true },
+    -- the W x GEMM's int32 accumulators over several tiles: odd 3H (element-wise stores), even 3H
+    { seed = 47, T = 18, N = 17, C = 200, H = 129, h0 = true, lengths = true, reverse = true },   -- seed 45's H and N
+    { seed = 48, T = 2, N = 130, C = 130, H = 130, reverse = true },
   }
   local function compare(c, lq, w, exp_over, want_path)
     local inp = inputs(c, w)
