@@ -750,13 +750,15 @@ static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m
  * order, then the lanes in order, into sp[s][chunk][4][H] (every entry written every step, 0 for
  * padded rows). bias_steps_kernel adds those in a fixed order.
  * ONE: rpt = 1 as a constant (40 registers against 80 for the loop at sm_90: 6 blocks per
- * multiprocessor instead of 3). WORDS: the saved records read as 32-bit words (load_step / prepare_step, as the persistent
+ * multiprocessor instead of 3); MB: the blocks per multiprocessor asked of ptxas (8: 32
+ * registers, a 16-byte stack, so that a step of large, 1024 blocks, is one wave on 132
+ * multiprocessors instead of 1.29). WORDS: the saved records read as 32-bit words (load_step / prepare_step, as the persistent
  * kernels; the host checks the base's alignment) instead of qg_cell_unpack's byte copies; every
  * load of a row is issued before its stores. */
 enum { BS_X = 32, BS_Y = 8 };
 
-template <bool WORDS, bool ONE>
-__global__ void __launch_bounds__(BS_X * BS_Y) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
+template <bool WORDS, bool ONE, int MB>
+__global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
                                                                 const float *__restrict__ dd, const float *__restrict__ P,
                                                                 int nparts, float *__restrict__ dn, float *__restrict__ Hf,
                                                                 double *__restrict__ sp) {
@@ -885,7 +887,7 @@ struct step_loop {
   float *dh, *dh_next, *Hf, *P;
   double *sp;
   int64_t chunks;
-  int rpt, math, slices, words;
+  int rpt, math, slices, words, mb;
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -901,8 +903,9 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
-    const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true> : bwd_step_kernel<true, false>)
-                                  : (L.rpt == 1 ? bwd_step_kernel<false, true> : bwd_step_kernel<false, false>);
+    const step_kernel f = L.words ? (L.rpt == 1 ? (L.mb == 8 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, true, 6>)
+                                               : bwd_step_kernel<true, false, 1>)
+                                  : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
     f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, L.Hf, L.sp);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     const float *dqs = L.bp.dq + s * N * H3;
@@ -1028,6 +1031,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
     L.words = ((uintptr_t)saved->cell->data & 3) == 0;
+    L.mb = getenv("QGRU_BWD_STEP_MB") ? atoi(getenv("QGRU_BWD_STEP_MB")) : 8;   /* EXPERIMENT: removed before merge */
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
