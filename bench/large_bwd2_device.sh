@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench/large_bwd2_device.sh CALL: one device call of branch gpu-large-bwd2 (run from the root of
 # the checkout the device receives, the branch staged as .stage/gpu-large-bwd2 with its build).
-# Logs to $OUT as large_bwd2_*.log. Experiment knobs of the calls' builds (removed after call 2):
+# Logs to $OUT as large_bwd2_*.log. Experiment knobs of the calls' builds (removed after call 2;
+# the knobs no longer exist, so the variant lines repeat the default):
 # QGRU_BWD_SLICES forces the per-step GEMM's K slices (0: cuBLAS's own split-K into the direct
 # part), QGRU_BWD_STEP_MB=6 the step kernel's 40-register build (call 2; default 8: 32 registers).
 source .device/device-env.sh

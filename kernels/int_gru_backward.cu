@@ -35,8 +35,11 @@
  *     two block barriers per step); both take the cell's saved-state values a step ahead
  *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
  *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
- *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
- *     GEMM dh += dq_s R~ in the context's math mode. The step kernel also writes Hf (the dR GEMM's
+ *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and the cuBLAS
+ *     GEMM dq_s R~ in the context's math mode: where the output's tiles do not fill the device
+ *     (large: N 256, H 1024), one strided-batched GEMM over S slices of K = 3H into S partial
+ *     products that the next step kernel adds in order (step_gemm_slices), else one GEMM adding
+ *     into the direct part. The step kernel also writes Hf (the dR GEMM's
  *     dequantized h) and, instead of the bias contributions bcx, bcr, each block's double sums of
  *     the four distinct bias gradients over its rows (bias_steps_kernel adds those after the
  *     loop in a fixed order): a third fewer bytes per step and no [T N, 3H] re-read. The loop is
@@ -54,7 +57,6 @@
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct bwd_params {
@@ -870,8 +872,6 @@ static int step_rows_per_thread(int64_t N) {
  * step kernel adds in order (no reduction kernel, no atomics). A function of the shape and the
  * device's multiprocessor count, so the summation order is fixed. */
 static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
-  const char *ev = getenv("QGRU_BWD_SLICES");   /* EXPERIMENT: removed before merge */
-  if (ev) return atoi(ev);
   const int64_t tiles = ((N + 127) / 128) * ((H + 127) / 128), H3 = 3 * H;
   int64_t S = (ctx->sm_count + tiles - 1) / tiles;
   if (S > 8) S = 8;
@@ -887,7 +887,7 @@ struct step_loop {
   float *dh, *dh_next, *Hf, *P;
   double *sp;
   int64_t chunks;
-  int rpt, math, slices, words, mb;
+  int rpt, math, slices, words;
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -903,8 +903,7 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
-    const step_kernel f = L.words ? (L.rpt == 1 ? (L.mb == 8 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, true, 6>)
-                                               : bwd_step_kernel<true, false, 1>)
+    const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
     f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, L.Hf, L.sp);
     QG_CHECK(qg_cuda_launched(ctx, fn));
@@ -1031,7 +1030,6 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
     L.words = ((uintptr_t)saved->cell->data & 3) == 0;
-    L.mb = getenv("QGRU_BWD_STEP_MB") ? atoi(getenv("QGRU_BWD_STEP_MB")) : 8;   /* EXPERIMENT: removed before merge */
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
