@@ -35,8 +35,11 @@
  *     two block barriers per step); both take the cell's saved-state values a step ahead
  *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
  *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
- *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and one cuBLAS
- *     GEMM dh += dq_s R~ in the context's math mode. The step kernel also writes Hf (the dR GEMM's
+ *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and the cuBLAS
+ *     GEMM dq_s R~ in the context's math mode: where the output's tiles do not fill the device
+ *     (large: N 256, H 1024), one strided-batched GEMM over S slices of K = 3H into S partial
+ *     products that the next step kernel adds in order (step_gemm_slices), else one GEMM adding
+ *     into the direct part. The step kernel also writes Hf (the dR GEMM's
  *     dequantized h) and, instead of the bias contributions bcx, bcr, each block's double sums of
  *     the four distinct bias gradients over its rows (bias_steps_kernel adds those after the
  *     loop in a fixed order): a third fewer bytes per step and no [T N, 3H] re-read. The loop is
@@ -739,46 +742,70 @@ static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m
 
 /* ---- the per-step path ----------------------------------------------------------------------------
  * bwd_step_kernel: step s for every (row, unit): blocks of BS_X units x BS_Y row lanes, each thread
- * `rpt` rows (n = chunk BS_Y rpt + lane + BS_Y k); it writes dp, dq and dh_next (the direct part of
- * dL/dh_{s-1}; the GEMM adds dq_s R~), Hf[s] = deq(h code) (the dR GEMM's operand, for padded
- * steps too), and instead of the [T N, 3H] bias contributions the block's sums over its rows of the
- * four distinct bias gradients (dzpre, drpre, dgpre, drhb: dbx = (z, r, g), dbr = (z, r, Rh_g + br_g)),
- * in double: each lane its rows in order, then the lanes in order, into
- * sp[s][chunk][4][H] (every entry written every step, 0 for padded rows). bias_steps_kernel adds
- * those in a fixed order. */
+ * `rpt` rows (n = chunk BS_Y rpt + lane + BS_Y k). dL/dh_{s+1} of (n, i) is dd[e] (the direct part
+ * the previous step wrote) plus, in order, the nparts split-K partial products P[k][e] of the
+ * previous step's GEMM (dq_{s+1} R~ over K slices; nparts = 0 when cuBLAS added its product into
+ * dd itself, and at the first step). It writes dp, dq and dn (the direct part of dL/dh_s),
+ * Hf[s] = deq(h code) (the dR GEMM's operand, for padded steps too), and instead of the [T N, 3H]
+ * bias contributions the block's sums over its rows of the four distinct bias gradients (dzpre,
+ * drpre, dgpre, drhb: dbx = (z, r, g), dbr = (z, r, Rh_g + br_g)), in double: each lane its rows in
+ * order, then the lanes in order, into sp[s][chunk][4][H] (every entry written every step, 0 for
+ * padded rows). bias_steps_kernel adds those in a fixed order.
+ * ONE: rpt = 1 as a constant (40 registers against 80 for the loop at sm_90: 6 blocks per
+ * multiprocessor instead of 3); MB: the blocks per multiprocessor asked of ptxas (8: 32
+ * registers, a 16-byte stack, so that a step of large, 1024 blocks, is one wave on 132
+ * multiprocessors instead of 1.29). WORDS: the saved records read as 32-bit words (load_step / prepare_step, as the persistent
+ * kernels; the host checks the base's alignment) instead of qg_cell_unpack's byte copies; every
+ * load of a row is issued before its stores. */
 enum { BS_X = 32, BS_Y = 8 };
 
-__global__ void __launch_bounds__(BS_X * BS_Y) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
-                                                                const float *__restrict__ dh, float *__restrict__ dh_next,
-                                                                float *__restrict__ Hf, double *__restrict__ sp) {
+template <bool WORDS, bool ONE, int MB>
+__global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
+                                                                const float *__restrict__ dd, const float *__restrict__ P,
+                                                                int nparts, float *__restrict__ dn, float *__restrict__ Hf,
+                                                                double *__restrict__ sp) {
   __shared__ double sh[4][BS_Y][BS_X];
-  const int64_t H = p.H, N = p.N, H3 = 3 * H, i = blockIdx.x * (int64_t)BS_X + threadIdx.x;
+  const int64_t H = p.H, N = p.N, NH = N * H, H3 = 3 * H, i = blockIdx.x * (int64_t)BS_X + threadIdx.x;
   const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   if (i < H)
-    for (int k = 0; k < rpt; k++) {
+    for (int k = 0; k < (ONE ? 1 : rpt); k++) {
       const int64_t n = blockIdx.y * (int64_t)(BS_Y * rpt) + threadIdx.y + (int64_t)k * BS_Y;
       if (n >= N) break;
       const int64_t e = n * H + i, Ln = length_at(p.L, n, p.T);
-      const int32_t hp = p.hq[s * N * H + e];
-      Hf[s * N * H + e] = (float)qg_deq(hp, QH);
+      float dh = dd[e];
+      for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
       float *dqr = p.dq + (s * N + n) * H3;
       if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+        const int32_t hp = p.hq[s * NH + e];
         dqr[i] = dqr[H + i] = dqr[2 * H + i] = 0.0f;
-        dh_next[e] = dh[e];
+        dn[e] = dh;
+        Hf[s * NH + e] = (float)qg_deq(hp, QH);
         continue;
       }
       const int64_t t = p.reverse ? Ln - 1 - s : s;
-      const float dH = dh[e] + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
-      qg_cell_out su;
       qg_cell_grad gr;
-      qg_cell_unpack(p.cellp + ((s * N + n) * H + i) * p.cb, &p.cell, &su);
-      qg_cell_backward(&p.cell, &p.tb, &su, hp, dH, &gr);
+      int32_t hp;
+      if (WORDS) {
+        step_in in;
+        load_step(p, s, n, i, Ln, in);
+        hp = in.hp;
+        step_vals v;
+        prepare_step(p, s, Ln, in, v);
+        qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
+      } else {
+        hp = p.hq[s * NH + e];
+        const float dH = dh + (p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f);
+        qg_cell_out su;
+        qg_cell_unpack(p.cellp + ((s * N + n) * H + i) * p.cb, &p.cell, &su);
+        qg_cell_backward(&p.cell, &p.tb, &su, hp, dH, &gr);
+      }
       float *dpr = p.dp + (t * N + n) * H3;
       dpr[i] = gr.dp[0]; dpr[H + i] = gr.dp[1]; dpr[2 * H + i] = gr.dp[2];
       dqr[i] = gr.dq[0]; dqr[H + i] = gr.dq[1]; dqr[2 * H + i] = gr.dq[2];
       a0 += (double)gr.dbx[0]; a1 += (double)gr.dbx[1]; a2 += (double)gr.dbx[2]; a3 += (double)gr.dbr[2];
-      dh_next[e] = gr.dhprev;
+      dn[e] = gr.dhprev;
+      Hf[s * NH + e] = (float)qg_deq(hp, QH);
     }
   const int tx = threadIdx.x, ty = threadIdx.y;
   sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
@@ -788,6 +815,15 @@ __global__ void __launch_bounds__(BS_X * BS_Y) bwd_step_kernel(const __grid_cons
     for (int y = 0; y < BS_Y; y++) v += sh[ty][y][tx];
     sp[((s * gridDim.y + blockIdx.y) * 4 + ty) * H + i] = v;
   }
+}
+
+/* out[e] = dd[e] + P[0][e] + ... + P[nparts - 1][e] (dL/dh_0 after the split-K loop). */
+__global__ void add_parts_kernel(const float *dd, const float *P, int nparts, int64_t n, float *out) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  float v = dd[e];
+  for (int j = 0; j < nparts; j++) v += P[j * n + e];
+  out[e] = v;
 }
 
 /* The bias gradients from the step sums sp [T][chunks][4][H]: column c of 4H sums its T chunks
@@ -829,31 +865,58 @@ static int step_rows_per_thread(int64_t N) {
   return r < 1 ? 1 : (int)r;
 }
 
+/* K slices of the per-step GEMM dq_s [N, 3H] R~ [3H, H]: 0 (one cublasGemmEx adding into the
+ * direct part, beta 1: cuBLAS's own choice, at large a split-K 8 kernel plus its reduction
+ * kernel, bench/cuda_int_gru.md) when the output's 128 x 128 tiles fill the device, else S: one
+ * strided-batched GEMM of S slices of 3H / S (S divides 3H) into S partial products that the next
+ * step kernel adds in order (no reduction kernel, no atomics). A function of the shape and the
+ * device's multiprocessor count, so the summation order is fixed. */
+static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
+  const int64_t tiles = ((N + 127) / 128) * ((H + 127) / 128), H3 = 3 * H;
+  int64_t S = (ctx->sm_count + tiles - 1) / tiles;
+  if (S > 8) S = 8;
+  while (S > 1 && (H3 % S != 0 || H3 / S < 128)) S--;
+  return S > 1 ? (int)S : 0;
+}
+
 /* The per-step recurrence: arguments of the loop (also the graph cache's key, with a tag). */
 struct step_loop {
   char tag[8];                 /* "qgIGRUb" */
   bwd_params bp;
   const float *R;              /* R~ [3H, H] */
-  float *dh, *dh_next, *Hf;
+  float *dh, *dh_next, *Hf, *P;
   double *sp;
   int64_t chunks;
-  int rpt, math;
+  int rpt, math, slices, words;
   void *stream, *blas;
   qg_ctx *ctx;
 };
+
+typedef void (*step_kernel)(bwd_params, int64_t, int, const float *, const float *, int, float *, float *, double *);
 
 static qg_status step_loop_body(void *arg) {
   const step_loop &L = *(const step_loop *)arg;
   qg_ctx *ctx = L.ctx;
   const char *fn = "qg_int_gru_backward";
-  const int64_t N = L.bp.N, H = L.bp.H, H3 = 3 * H;
+  const int64_t N = L.bp.N, H = L.bp.H, H3 = 3 * H, S = L.slices, Kc = S ? H3 / S : 0;
   const dim3 grid((unsigned)((H + BS_X - 1) / BS_X), (unsigned)L.chunks), block(BS_X, BS_Y);
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
-    bwd_step_kernel<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, dn, L.Hf, L.sp);
+    const int np = s == L.bp.T - 1 ? 0 : (int)S;
+    const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
+                                  : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
+    f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, L.Hf, L.sp);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    /* dn += dq_s R~ */
-    QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, L.bp.dq + s * N * H3, L.R, 1.0f, dn));
+    const float *dqs = L.bp.dq + s * N * H3;
+    if (!S) {
+      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dqs, L.R, 1.0f, dn));   /* dn += dq_s R~ */
+    } else {   /* P[k] = dq_s[:, k Kc : (k + 1) Kc] R~[k Kc : (k + 1) Kc, :] (column-major: P^T = R~^T dq^T) */
+      const float one = 1.0f, zero = 0.0f;
+      QG_CHECK(qg_cublas_status(ctx, fn, cublasGemmStridedBatchedEx(
+                                             qg_cuda_blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)N, (int)Kc, &one, L.R,
+                                             CUDA_R_32F, (int)H, Kc * H, dqs, CUDA_R_32F, (int)H3, Kc, &zero, L.P, CUDA_R_32F,
+                                             (int)H, N * H, (int)S, qg_cuda_f32_compute(ctx), CUBLAS_GEMM_DEFAULT)));
+    }
     float *tmp = dh; dh = dn; dn = tmp;
   }
   return QG_OK;
@@ -910,6 +973,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   /* the per-step path's row chunks (bwd_step_kernel) */
   const int rpt = persistent ? 1 : step_rows_per_thread(N);
   const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
+  const int slices = persistent || TN == 0 || NH == 0 ? 0 : step_gemm_slices(ctx, N, H);
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H], dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
    * bias partial sums [chunks, 2, 3H] or the per-step path's step sums [T, schunks, 4, H] */
@@ -918,14 +982,14 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
                 o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
                 o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
-                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4),
+                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_P = take(&total, slices * NH * 4),
                 o_part = take(&total, persistent ? chunks * 2 * H3 * 8 : T * schunks * 4 * H * 8);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
   float *dh = (float *)(ws + o_dh), *dh_next = (float *)(ws + o_dhn);
   float *Xf = (float *)(ws + o_Xf), *Hf = (float *)(ws + o_Hf), *tX = (float *)(ws + o_tX), *tW = (float *)(ws + o_tW),
-        *tR = (float *)(ws + o_tR);
+        *tR = (float *)(ws + o_tR), *P = (float *)(ws + o_P);
   double *part = (double *)(ws + o_part);
 
   if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
@@ -963,12 +1027,18 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     memcpy(L.tag, "qgIGRUb", 8);
     memcpy(&L.bp, &bp, sizeof bp);
     L.R = g->fq[QG_W_R];
-    L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.sp = part;
-    L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math;
+    L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
+    L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
+    L.words = ((uintptr_t)saved->cell->data & 3) == 0;
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
-    if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0 ended */
+    if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
+    if (slices) {   /* plus the last GEMM's partial products */
+      add_parts_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, P, slices, NH, dh_next);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+      float *tmp = dh; dh = dh_next; dh_next = tmp;
+    }
     bias_steps_kernel<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(part, T, schunks, H, g->mask[QG_W_BX],
                                                                                 g->mask[QG_W_BR], (float *)dbx->data,
                                                                                 (float *)dbr->data);
