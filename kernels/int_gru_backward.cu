@@ -70,6 +70,7 @@ struct bwd_params {
   int y_offset;
   float *dp, *dq, *bcx, *bcr;   /* [T N, 3H]: dp in time order, the others in processing order */
   const float *Rf;              /* R~ [3H, H] (the persistent kernel) */
+  double *bsum;                 /* bwd_ws_kernel's bias sums per (row, unit) [N][4][H], else NULL */
 };
 
 /* One valid step s (time t) of row n, unit i: the shared STE cell on the saved record rec, the
@@ -365,9 +366,57 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
  * (S lanes per unit, KPT entries each, four chains, group_sum); the following warps hold one unit
  * each and run its STE cell. Step s: the cell thread sets dh = keep + the unit's sum of the step
  * before, runs the cell and writes its dq into shared memory; barrier; the matrix-vector warps form
- * the sums while the cell warps store step s's outputs, derive step s - 1's values and load step
- * s - 2's record; barrier. Two block barriers per step, but the cell's per-step work no longer
- * occupies the warps of the product (each warp's instructions are what a step waits for). */
+ * the sums while the cell warps store step s's outputs (dp, dq), add its bias gradients to their
+ * running sums, derive step s - 1's values and start the copies of step s - BW_RING + 1's inputs;
+ * barrier. Two block barriers per step, but the cell's per-step work no longer occupies the warps
+ * of the product (each warp's instructions are what a step waits for).
+ * The cell thread's inputs of a step (the saved record's words, the h code, dy) come through a
+ * ring of BW_RING steps in shared memory, filled by the thread's own asynchronous copies (cp.async,
+ * one group per step, waited for BW_RING - 2 steps later: a step no longer waits for the
+ * latency of global memory, which one step of prefetch did not cover). The bias gradients are
+ * summed per (row, unit) over the steps in double, in the order of the steps (descending), into
+ * bsum [N][4][H] (dzpre, drpre, dgpre, drhb); bias_rows_kernel adds the rows in order after the
+ * loop, so bcx, bcr are not written. */
+enum { BW_RING = 8, BW_WORDS = BP_MAX_WORDS + 2 };   /* BW_RING a power of two */
+
+__device__ __forceinline__ void bw_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(BW_RING - 2) : "memory"); }
+
+/* Start the copies of step u's inputs of row n, unit i into ring slot u mod BW_RING (words k at
+ * ring[(slot BW_WORDS + k) H + i]: the record's words, then the h code, then dy); one group, empty
+ * for a step outside [0, Ln). */
+__device__ __forceinline__ void ws_issue(const bwd_params &p, int64_t u, int n, int i, int64_t Ln, uint32_t *ring) {
+  if (u >= 0 && u < Ln) {
+    const int H = (int)p.H;
+    const int64_t e = (u * p.N + n) * H + i;
+    uint32_t *d = ring + (int)(u & (BW_RING - 1)) * BW_WORDS * H + i;
+    const float *src = (const float *)(p.cellp + e * p.cb);
+    const int nw = p.cb / 4;
+#pragma unroll
+    for (int k = 0; k < BP_MAX_WORDS; k++)
+      if (k < nw) cp_async4((float *)(d + k * H), src + k);
+    cp_async4((float *)(d + BP_MAX_WORDS * H), (const float *)(p.hq + e));
+    if (p.dy) {
+      const int64_t t = p.reverse ? Ln - 1 - u : u;
+      cp_async4((float *)(d + (BP_MAX_WORDS + 1) * H), p.dy + (t * p.N + n) * p.Hy + p.y_offset + i);
+    }
+  }
+  cp_async_commit();
+}
+
+/* Step u's values from its ring slot (its group complete). */
+__device__ __forceinline__ void ws_prepare(const bwd_params &p, int64_t u, int i, int64_t Ln, const uint32_t *ring, step_vals &o) {
+  if (u < 0 || u >= Ln) return;
+  const int H = (int)p.H;
+  const uint32_t *d = ring + (int)(u & (BW_RING - 1)) * BW_WORDS * H + i;
+  const int nw = p.cb / 4;
+  step_in in;
+#pragma unroll
+  for (int k = 0; k < BP_MAX_WORDS; k++) in.w[k] = k < nw ? d[k * H] : 0u;
+  in.hp = (int32_t)d[BP_MAX_WORDS * H];
+  in.dy = p.dy ? __uint_as_float(d[(BP_MAX_WORDS + 1) * H]) : 0.0f;
+  prepare_step(p, u, Ln, in, o);
+}
+
 template <int KPT>
 __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
   extern __shared__ __align__(16) float sm[];
@@ -375,6 +424,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   const int pn = blockIdx.x;
   float *qb = sm;          /* [Jp]: the row's dq, zero past 3H */
   float *sums = qb + Jp;   /* [H]: (dq R~)[i] of the step */
+  uint32_t *ring = (uint32_t *)(sums + H);   /* [BW_RING][BW_WORDS][H] */
   const int tid = threadIdx.x, nth = blockDim.x;
   const int mvt = (H * S + 31) & ~31;
   const bool mvr = tid < mvt;
@@ -392,12 +442,12 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   const bool pact = !mvr && pi < H;
   const int64_t L = pact ? length_at(p.L, pn, T) : 0;
   float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f, keep = 0.0f;
-  step_in in;
+  double bz = 0.0, br = 0.0, bg = 0.0, bh = 0.0;   /* the unit's bias sums: dzpre, drpre, dgpre, drhb */
   step_vals cur;
   if (pact) {
-    load_step(p, T - 1, pn, pi, L, in);
-    prepare_step(p, T - 1, L, in, cur);
-    load_step(p, T - 2, pn, pi, L, in);
+    for (int u = T - 1; u > T - BW_RING; u--) ws_issue(p, u, pn, pi, L, ring);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    ws_prepare(p, T - 1, pi, L, ring, cur);
   }
   __syncthreads();
 
@@ -433,27 +483,28 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
       float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
       group_sum(acc, S);
       if (ms == 0 && mu < H) sums[mu] = acc[0];
-    } else if (pact) {   /* off the dependent chain: step s's outputs, step s - 1's values, step s - 2's record */
+    } else if (pact) {   /* off the dependent chain: step s's outputs and bias sums, step s - 1's values, later steps' copies */
+      ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);
+      float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
       if (s < L) {
         const int64_t t = p.reverse ? L - 1 - s : s;
-        float *dpr = p.dp + (t * p.N + pn) * H3, *dqr = p.dq + ((int64_t)s * p.N + pn) * H3,
-              *bxr = p.bcx + ((int64_t)s * p.N + pn) * H3, *brr = p.bcr + ((int64_t)s * p.N + pn) * H3;
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-          dpr[k * H + pi] = gr.dp[k];
-          dqr[k * H + pi] = gr.dq[k];
-          bxr[k * H + pi] = gr.dbx[k];
-          brr[k * H + pi] = gr.dbr[k];
-        }
+        float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
+        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+        bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
       } else {
-        pad_unit(p, s, pn, pi);
+        dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
       }
-      prepare_step(p, s - 1, L, in, cur);
-      load_step(p, s - 2, pn, pi, L, in);
+      bw_cp_async_wait();
+      ws_prepare(p, (int64_t)s - 1, pi, L, ring, cur);
     }
     __syncthreads();
   }
-  if (pact) dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+  if (pact) {
+    dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+    double *bs = p.bsum + (int64_t)pn * 4 * H + pi;
+    bs[0] = bz; bs[H] = br; bs[2 * H] = bg; bs[3 * H] = bh;
+  }
 }
 
 typedef void (*bp_kernel)(bwd_params, bp_plan, float *);
@@ -480,7 +531,7 @@ static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
 }
 
 static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT, int WS) {
-  if (WS) return 4 * (S * KPT + H);
+  if (WS) return 4 * (S * KPT + H + (int64_t)BW_RING * BW_WORDS * H);
   return KPT ? 4 * 2 * NB * S * KPT : 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk);
 }
 
@@ -699,6 +750,19 @@ __global__ void bias_final_kernel(const double *part, int64_t chunks, int64_t H3
   dbr[j] += mbr[j] ? (float)sr : 0.0f;
 }
 
+/* bwd_ws_kernel's bias sums: bsum [N][4][H] (per row and unit over the steps: dzpre, drpre, dgpre,
+ * drhb) added over the rows in order; dbx's rows z, r, g take sums 0, 1, 2, dbr's 0, 1, 3. */
+__global__ void bias_rows_kernel(const double *bsum, int64_t N, int64_t H, const uint8_t *mbx, const uint8_t *mbr, float *dbx,
+                                 float *dbr) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= 3 * H) return;
+  const int64_t k = j / H, i = j % H, kr = k == 2 ? 3 : k;
+  double sx = 0, sr = 0;
+  for (int64_t n = 0; n < N; n++) { sx += bsum[(n * 4 + k) * H + i]; sr += bsum[(n * 4 + kr) * H + i]; }
+  dbx[j] += mbx[j] ? (float)sx : 0.0f;
+  dbr[j] += mbr[j] ? (float)sr : 0.0f;
+}
+
 /* out = deq(codes) as float. */
 __global__ void deq_kernel(const int32_t *codes, int64_t n, qg_qp q, float *out) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -910,16 +974,17 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   /* the per-step path's row chunks (bwd_step_kernel) */
   const int rpt = persistent ? 1 : step_rows_per_thread(N);
   const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
-  /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H], dh, dh_next [N, H],
+  /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
-   * bias partial sums [chunks, 2, 3H] or the per-step path's step sums [T, schunks, 4, H] */
-  const int64_t nbc = persistent ? TN * H3 * 4 : 0;
+   * bias partial sums [chunks, 2, 3H] (bwd_ws_kernel: [N, 4, H]) or the per-step path's step sums [T, schunks, 4, H] */
+  const int64_t nbc = persistent && !pc.WS ? TN * H3 * 4 : 0;
+  const int64_t npart = persistent ? (pc.WS ? N * 4 * H : chunks * 2 * H3) : T * schunks * 4 * H;
   int64_t total = 0;
   const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
                 o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
                 o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
                 o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4),
-                o_part = take(&total, persistent ? chunks * 2 * H3 * 8 : T * schunks * 4 * H * 8);
+                o_part = take(&total, npart * 8);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
@@ -947,6 +1012,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.y_offset = y_offset;
   bp.dp = dp; bp.dq = dq; bp.bcx = persistent ? bcx : NULL; bp.bcr = persistent ? bcr : NULL;
   bp.Rf = g->fq[QG_W_R];
+  bp.bsum = persistent && pc.WS ? part : NULL;
   if (persistent) {
     const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
     QG_CHECK(bp_prepare(ctx, fn, f));
@@ -972,6 +1038,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     bias_steps_kernel<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(part, T, schunks, H, g->mask[QG_W_BX],
                                                                                 g->mask[QG_W_BR], (float *)dbx->data,
                                                                                 (float *)dbr->data);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  } else if (pc.WS) {
+    bias_rows_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, N, H, g->mask[QG_W_BX], g->mask[QG_W_BR], (float *)dbx->data,
+                                                              (float *)dbr->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   } else {
     if (TN > 0 && H3 > 0) {

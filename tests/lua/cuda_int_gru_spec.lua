@@ -342,6 +342,11 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     { seed = 47, T = 9, N = 5, C = 7, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 2, 3 } },
     { seed = 48, T = 7, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 1, 3 } },
     { seed = 49, T = 6, N = 17, C = 5, H = 30, h0 = true, lengths = true, shape = { 1, 1, 2, 3 } },
+    -- bwd_ws_kernel's ring of copies (8 steps) and its bias sums per (row, unit): fewer steps than the
+    -- ring, several turns of it with lengths and reverse, four lanes at H = 40
+    { seed = 50, T = 1, N = 4, C = 5, H = 64, lengths = true, shape = { 1, 1, 2, 3 } },
+    { seed = 51, T = 40, N = 16, C = 40, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 2, 3 } },
+    { seed = 52, T = 25, N = 3, C = 5, H = 40, lengths = true, shape = { 1, 1, 4, 3 } },
   }
   local gpu_ctx = clib.context("cuda")
   for _, c in ipairs(BCASES) do
