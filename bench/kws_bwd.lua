@@ -4,7 +4,7 @@
 --   * the QAT step through the module (quant.prepare, int8, calibrated): train forward alone, train
 --     forward + backward, and the layer calls alone (qg_int_gru_forward with saved state,
 --     qg_int_gru_backward), the backward with R~ forced into registers (storage 2, S lanes; 3: the
---     cell on warps of its own) or shared memory (storage 1) or chosen (auto);
+--     cell on warps of its own; 4: its inputs prepared on warps of their own too) or shared memory (storage 1) or chosen (auto);
 --   * the float layer (qg_gru_forward inference, qg_gru_backward) chosen and forced to each
 --     register share (K1 NB1, S = 1, 2, 4, 8 lanes) and to shared memory.
 -- A forced shape a build cannot run prints its error.
@@ -86,7 +86,8 @@ timed("int layer: STE backward, smem K1 NB1 S8", ibwd, 1, 1, 8, 1)
 timed("int layer: STE backward, smem K1 NB1 S4", ibwd, 1, 1, 4, 1)
 for _, sx in ipairs({ 1, 2, 4, 8 }) do timed("int layer: STE backward, regs K1 NB1 S" .. sx, ibwd, 1, 1, sx, 2) end
 timed("int layer: STE backward, regs K1 NB2 S2", ibwd, 1, 2, 2, 2)
-for _, sx in ipairs({ 1, 2, 4 }) do timed("int layer: STE backward, split roles K1 NB1 S" .. sx, ibwd, 1, 1, sx, 3) end
+for _, sx in ipairs({ 2, 4 }) do timed("int layer: STE backward, split roles K1 NB1 S" .. sx, ibwd, 1, 1, sx, 3) end
+for _, sx in ipairs({ 2, 4 }) do timed("int layer: STE backward, three roles K1 NB1 S" .. sx, ibwd, 1, 1, sx, 4) end
 if H > 64 then
   timed("int layer: STE backward, smem K4 NB4 S0", ibwd, 4, 4, 0, 1)
   timed("int layer: STE backward, regs K2 NB1 S4", ibwd, 2, 1, 4, 2)

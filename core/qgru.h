@@ -99,15 +99,16 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
  * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call
  * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
- * (small H only; 3 is taken as 2 by the float GRU). The integer GRU's persistent forward: with
- * storage 0, 1 or 3, the cluster kernel (R's int8 planes in shared memory) with `cluster` CTAs
+ * (small H only; 3 and 4 are taken as 2 by the float GRU). The integer GRU's persistent forward: with
+ * storage 0, 1, 3 or 4, the cluster kernel (R's int8 planes in shared memory) with `cluster` CTAs
  * and tiles of 8 x `rows` batch rows (splits does not apply); with storage 2, the small-H kernel
  * (all of R in the registers of one CTA: cluster must be 1; `rows` batch rows per CTA, `splits`
  * lanes per hidden unit, 0 chosen; it runs the 32-bit cell with R and output.h of at most 8 bits,
  * H <= 128, 64 with 8 rows). Under the automatic shape (0, 0, 0) it takes the small-H kernel
  * wherever that holds the layer in one wave of CTAs, else the cluster kernel. Its STE backward
  * takes cluster, rows, splits and storage (R~ in shared memory: 1, in registers: 2, in registers
- * with the cell on warps of its own, one row per block: 3). A call that cannot run the forced
+ * with the cell on warps of its own, one row per block: 3; as 3 with the cell's inputs prepared on
+ * warps of their own: 4). A call that cannot run the forced
  * shape takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
  * QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);

@@ -397,7 +397,7 @@ static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int 
   static const int Ks[5] = {1, 2, 4, 8, 16}, NBs[4] = {1, 2, 4, 8};
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
   /* 0 either, 1 shared memory, 2 registers (3, the integer backward's split roles: registers) */
-  const int storage = ctx->persist_storage == 3 ? 2 : ctx->persist_storage;
+  const int storage = ctx->persist_storage >= 3 ? 2 : ctx->persist_storage;
   const int kd = bwd ? 3 * H : H;
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];

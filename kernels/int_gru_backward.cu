@@ -28,8 +28,9 @@
  *     product is strict fp32 in both math modes (more accurate than TF32, and the product is
  *     latency-bound, so TF32 would not be faster). R~ must fit: 12 H ceil(H / K) bytes plus the
  *     exchange buffers in one CTA's shared memory, K <= 16 (H up to about 530 on an H100/H200).
- *     Two register variants (small H; qg_ctx_set_persist_shape storage 2 and 3, chosen by the
- *     estimates without clusters): bwd_reg_kernel holds R~'s share in the registers of S lanes per
+ *     Three register variants (small H; qg_ctx_set_persist_shape storage 2, 3 and 4, chosen by the
+ *     estimates without clusters; 4 is bwd_ws3_kernel, bwd_ws_kernel with the cell's inputs
+ *     prepared on warps of their own): bwd_reg_kernel holds R~'s share in the registers of S lanes per
  *     unit (the float register backward's layout, kernels/gru_persist_reg.cu), and bwd_ws_kernel
  *     does the same on warps of its own while one thread per unit runs the cell (one row per CTA,
  *     two block barriers per step); both take the cell's saved-state values a step ahead
@@ -73,6 +74,7 @@ struct bwd_params {
   int y_offset;
   float *dp, *dq, *bcx, *bcr;   /* [T N, 3H]: dp in time order, the others in processing order */
   const float *Rf;              /* R~ [3H, H] (the persistent kernel) */
+  double *bsum;                 /* bwd_ws_kernel's bias sums per (row, unit) [N][4][H], else NULL */
 };
 
 /* One valid step s (time t) of row n, unit i: the shared STE cell on the saved record rec, the
@@ -110,7 +112,8 @@ enum { BP_MAX_THREADS = 512, BP_MAX_WORDS = 5 };
 /* One configuration: clusters of K CTAs of `threads` threads, Hk units per CTA, NB rows per
  * cluster, S threads per unit in the matrix-vector product; `groups` clusters; smem bytes per CTA;
  * KPT = 0: R~ in shared memory (bwd_persist_kernel), else R~ in registers, KPT entries per thread
- * (bwd_reg_kernel; WS = 1: bwd_ws_kernel, the roles on separate warps, K = NB = 1). */
+ * (bwd_reg_kernel; WS = 1: bwd_ws_kernel, the roles on separate warps, K = NB = 1; WS = 2:
+ * bwd_ws3_kernel, the cell's inputs on warps of their own too). */
 struct bp_plan {
   int K, Hk, NB, S, threads, groups, smem, KPT, WS;
 };
@@ -368,9 +371,57 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
  * (S lanes per unit, KPT entries each, four chains, group_sum); the following warps hold one unit
  * each and run its STE cell. Step s: the cell thread sets dh = keep + the unit's sum of the step
  * before, runs the cell and writes its dq into shared memory; barrier; the matrix-vector warps form
- * the sums while the cell warps store step s's outputs, derive step s - 1's values and load step
- * s - 2's record; barrier. Two block barriers per step, but the cell's per-step work no longer
- * occupies the warps of the product (each warp's instructions are what a step waits for). */
+ * the sums while the cell warps store step s's outputs (dp, dq), add its bias gradients to their
+ * running sums, derive step s - 1's values and start the copies of step s - BW_RING + 1's inputs;
+ * barrier. Two block barriers per step, but the cell's per-step work no longer occupies the warps
+ * of the product (each warp's instructions are what a step waits for).
+ * The cell thread's inputs of a step (the saved record's words, the h code, dy) come through a
+ * ring of BW_RING steps in shared memory, filled by the thread's own asynchronous copies (cp.async,
+ * one group per step, waited for BW_RING - 2 steps later: a step no longer waits for the
+ * latency of global memory, which one step of prefetch did not cover). The bias gradients are
+ * summed per (row, unit) over the steps in double, in the order of the steps (descending), into
+ * bsum [N][4][H] (dzpre, drpre, dgpre, drhb); bias_rows_kernel adds the rows in order after the
+ * loop, so bcx, bcr are not written. */
+enum { BW_RING = 8, BW_WORDS = BP_MAX_WORDS + 2 };   /* BW_RING a power of two */
+
+__device__ __forceinline__ void bw_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(BW_RING - 2) : "memory"); }
+
+/* Start the copies of step u's inputs of row n, unit i into ring slot u mod BW_RING (words k at
+ * ring[(slot BW_WORDS + k) H + i]: the record's words, then the h code, then dy); one group, empty
+ * for a step outside [0, Ln). */
+__device__ __forceinline__ void ws_issue(const bwd_params &p, int64_t u, int n, int i, int64_t Ln, uint32_t *ring) {
+  if (u >= 0 && u < Ln) {
+    const int H = (int)p.H;
+    const int64_t e = (u * p.N + n) * H + i;
+    uint32_t *d = ring + (int)(u & (BW_RING - 1)) * BW_WORDS * H + i;
+    const float *src = (const float *)(p.cellp + e * p.cb);
+    const int nw = p.cb / 4;
+#pragma unroll
+    for (int k = 0; k < BP_MAX_WORDS; k++)
+      if (k < nw) cp_async4((float *)(d + k * H), src + k);
+    cp_async4((float *)(d + BP_MAX_WORDS * H), (const float *)(p.hq + e));
+    if (p.dy) {
+      const int64_t t = p.reverse ? Ln - 1 - u : u;
+      cp_async4((float *)(d + (BP_MAX_WORDS + 1) * H), p.dy + (t * p.N + n) * p.Hy + p.y_offset + i);
+    }
+  }
+  cp_async_commit();
+}
+
+/* Step u's values from its ring slot (its group complete). */
+__device__ __forceinline__ void ws_prepare(const bwd_params &p, int64_t u, int i, int64_t Ln, const uint32_t *ring, step_vals &o) {
+  if (u < 0 || u >= Ln) return;
+  const int H = (int)p.H;
+  const uint32_t *d = ring + (int)(u & (BW_RING - 1)) * BW_WORDS * H + i;
+  const int nw = p.cb / 4;
+  step_in in;
+#pragma unroll
+  for (int k = 0; k < BP_MAX_WORDS; k++) in.w[k] = k < nw ? d[k * H] : 0u;
+  in.hp = (int32_t)d[BP_MAX_WORDS * H];
+  in.dy = p.dy ? __uint_as_float(d[(BP_MAX_WORDS + 1) * H]) : 0.0f;
+  prepare_step(p, u, Ln, in, o);
+}
+
 template <int KPT>
 __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
   extern __shared__ __align__(16) float sm[];
@@ -378,6 +429,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   const int pn = blockIdx.x;
   float *qb = sm;          /* [Jp]: the row's dq, zero past 3H */
   float *sums = qb + Jp;   /* [H]: (dq R~)[i] of the step */
+  uint32_t *ring = (uint32_t *)(sums + H);   /* [BW_RING][BW_WORDS][H] */
   const int tid = threadIdx.x, nth = blockDim.x;
   const int mvt = (H * S + 31) & ~31;
   const bool mvr = tid < mvt;
@@ -395,12 +447,12 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   const bool pact = !mvr && pi < H;
   const int64_t L = pact ? length_at(p.L, pn, T) : 0;
   float dh = pact ? dh_io[(int64_t)pn * H + pi] : 0.0f, keep = 0.0f;
-  step_in in;
+  double bz = 0.0, br = 0.0, bg = 0.0, bh = 0.0;   /* the unit's bias sums: dzpre, drpre, dgpre, drhb */
   step_vals cur;
   if (pact) {
-    load_step(p, T - 1, pn, pi, L, in);
-    prepare_step(p, T - 1, L, in, cur);
-    load_step(p, T - 2, pn, pi, L, in);
+    for (int u = T - 1; u > T - BW_RING; u--) ws_issue(p, u, pn, pi, L, ring);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    ws_prepare(p, T - 1, pi, L, ring, cur);
   }
   __syncthreads();
 
@@ -436,27 +488,152 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
       float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
       group_sum(acc, S);
       if (ms == 0 && mu < H) sums[mu] = acc[0];
-    } else if (pact) {   /* off the dependent chain: step s's outputs, step s - 1's values, step s - 2's record */
+    } else if (pact) {   /* off the dependent chain: step s's outputs and bias sums, step s - 1's values, later steps' copies */
+      ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);
+      float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
       if (s < L) {
         const int64_t t = p.reverse ? L - 1 - s : s;
-        float *dpr = p.dp + (t * p.N + pn) * H3, *dqr = p.dq + ((int64_t)s * p.N + pn) * H3,
-              *bxr = p.bcx + ((int64_t)s * p.N + pn) * H3, *brr = p.bcr + ((int64_t)s * p.N + pn) * H3;
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-          dpr[k * H + pi] = gr.dp[k];
-          dqr[k * H + pi] = gr.dq[k];
-          bxr[k * H + pi] = gr.dbx[k];
-          brr[k * H + pi] = gr.dbr[k];
-        }
+        float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
+        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+        bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
       } else {
-        pad_unit(p, s, pn, pi);
+        dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
       }
-      prepare_step(p, s - 1, L, in, cur);
-      load_step(p, s - 2, pn, pi, L, in);
+      bw_cp_async_wait();
+      ws_prepare(p, (int64_t)s - 1, pi, L, ring, cur);
     }
     __syncthreads();
   }
-  if (pact) dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+  if (pact) {
+    dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+    double *bs = p.bsum + (int64_t)pn * 4 * H + pi;
+    bs[0] = bz; bs[H] = br; bs[2 * H] = bg; bs[3 * H] = bh;
+  }
+}
+
+/* bwd_ws_kernel with a third role (storage 4, or chosen where the block holds it): the cell's
+ * inputs are made by warps of their own. Threads [0, mvt) form dq R~ as above; [mvt, mvt + Hc)
+ * (Hc = H rounded up to whole warps) run the cell of one unit each; [mvt + Hc, mvt + 2 Hc) prepare
+ * the cell's values of one unit each: their copies through the ring (ws_issue), the STE values and
+ * dy of step s - 1 (ws_prepare) written into bv [2][BV_WORDS][H] (double-buffered by the step's
+ * parity) while the cell and the product run step s. Two named barriers: A (id 1; the product and
+ * the cell warps) publishes dq, B (id 2; every thread) publishes the sums and the next step's
+ * prepared values; the preparing warps skip A, so their work spans a whole step instead of the
+ * second phase. What remains on the cell warps per step: the cell, its dq into shared memory, six
+ * global stores and the bias sums. */
+enum { BV_WORDS = 10 };
+
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+template <int KPT>
+__global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = (int)p.H, H3 = 3 * H, T = (int)p.T, S = c.S, Jp = c.S * KPT;
+  const int pn = blockIdx.x;
+  float *qb = sm;          /* [Jp]: the row's dq, zero past 3H */
+  float *sums = qb + Jp;   /* [H]: (dq R~)[i] of the step */
+  float *bv = sums + H;    /* [2][BV_WORDS][H]: the cell's values and dy of a step */
+  uint32_t *ring = (uint32_t *)(bv + 2 * BV_WORDS * H);   /* [BW_RING][BW_WORDS][H] */
+  const int tid = threadIdx.x, nth = blockDim.x;
+  const int mvt = (H * S + 31) & ~31, Hc = (H + 31) & ~31, nab = mvt + Hc;
+  const int role = tid < mvt ? 0 : tid < nab ? 1 : 2;   /* product, cell, preparation (whole warps) */
+  const int ms = tid % S, mu = tid / S;
+
+  float Rr[KPT];   /* R~[ms KPT + i][mu]; 0 past 3H, past H and in the other roles */
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (role == 0 && mu < H && j < H3) ? p.Rf[(int64_t)j * H + mu] : 0.0f;
+  }
+  for (int q = tid; q < Jp + H; q += nth) sm[q] = 0.0f;
+
+  const int pi = role == 1 ? tid - mvt : tid - nab;
+  const bool pact = role != 0 && pi < H;
+  const int64_t L = pact ? length_at(p.L, pn, T) : 0;
+
+  if (role == 2) {   /* preparation: step s - 1's values during step s */
+    if (pact)
+      for (int u = T - 1; u > T - BW_RING; u--) ws_issue(p, u, pn, pi, L, ring);
+    for (int s = T; s >= 1; s--) {
+      if (pact) {
+        if (s < T) ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);   /* the ring's newest step */
+        bw_cp_async_wait();
+        if (s - 1 < L) {
+          step_vals v;
+          ws_prepare(p, (int64_t)s - 1, pi, L, ring, v);
+          float *o = bv + ((s - 1) & 1) * BV_WORDS * H + pi;
+          o[0] = v.v.z; o[H] = v.v.rr; o[2 * H] = v.v.g; o[3 * H] = v.v.dsz; o[4 * H] = v.v.dsr; o[5 * H] = v.v.dtg;
+          o[6 * H] = v.v.hp; o[7 * H] = v.v.rhb; o[8 * H] = __uint_as_float(v.v.mask); o[9 * H] = v.dy;
+        }
+      }
+      named_barrier(s == T ? 3 : 2, nth);   /* 3: the start (shared memory set, step T - 1's values) */
+    }
+    named_barrier(2, nth);   /* step 0's B */
+    return;
+  }
+
+  float dh = role == 1 && pact ? dh_io[(int64_t)pn * H + pi] : 0.0f, keep = 0.0f;
+  double bz = 0.0, br = 0.0, bg = 0.0, bh = 0.0;   /* the unit's bias sums: dzpre, drpre, dgpre, drhb */
+  named_barrier(3, nth);
+  for (int s = T - 1; s >= 0; s--) {
+    if (role == 1) {
+      qg_cell_grad gr;
+      if (pact) {
+        if (s < T - 1) dh = keep + sums[pi];
+        float dq3[3] = {0.0f, 0.0f, 0.0f};
+        if (s < L) {
+          const float *v = bv + (s & 1) * BV_WORDS * H + pi;
+          const float dH = dh + v[9 * H];
+          qg_cell_backward_values(__float_as_uint(v[8 * H]), v[0], v[H], v[2 * H], v[3 * H], v[4 * H], v[5 * H], v[6 * H], v[7 * H],
+                                  dH, &gr);
+          keep = gr.dhprev;
+          dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
+        } else {   /* padded: the state gradient passes through */
+          keep = dh;
+        }
+        qb[pi] = dq3[0]; qb[H + pi] = dq3[1]; qb[2 * H + pi] = dq3[2];
+      }
+      named_barrier(1, nab);
+      if (pact) {   /* off the dependent chain: step s's outputs and bias sums */
+        float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
+        if (s < L) {
+          const int64_t t = p.reverse ? L - 1 - s : s;
+          float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
+          dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+          dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+          bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
+        } else {
+          dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
+        }
+      }
+    } else {
+      named_barrier(1, nab);
+      float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const float *qr = qb + ms * KPT;
+#pragma unroll
+      for (int i = 0; i < KPT; i += 4) {
+        const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
+        float v = ch[(i / 4) % 4];
+        v = fmaf(Rr[i], q4.x, v);
+        v = fmaf(Rr[i + 1], q4.y, v);
+        v = fmaf(Rr[i + 2], q4.z, v);
+        v = fmaf(Rr[i + 3], q4.w, v);
+        ch[(i / 4) % 4] = v;
+      }
+      float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
+      group_sum(acc, S);
+      if (ms == 0 && mu < H) sums[mu] = acc[0];
+    }
+    named_barrier(2, nth);
+  }
+  if (role == 1 && pact) {
+    dh_io[(int64_t)pn * H + pi] = keep + sums[pi];
+    double *bs = p.bsum + (int64_t)pn * 4 * H + pi;
+    bs[0] = bz; bs[H] = br; bs[2 * H] = bg; bs[3 * H] = bh;
+  }
 }
 
 typedef void (*bp_kernel)(bwd_params, bp_plan, float *);
@@ -476,6 +653,8 @@ static bp_kernel bp_kernel_of(int NB, int KPT) {
 }
 
 static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
+  if (WS == 2) return NB != 1 ? NULL : KPT == 12 ? bwd_ws3_kernel<12> : KPT == 24 ? bwd_ws3_kernel<24> : KPT == 48 ? bwd_ws3_kernel<48>
+                                        : KPT == 96 ? bwd_ws3_kernel<96> : NULL;
   if (WS) return NB != 1 ? NULL : KPT == 12 ? bwd_ws_kernel<12> : KPT == 24 ? bwd_ws_kernel<24> : KPT == 48 ? bwd_ws_kernel<48>
                                    : KPT == 96 ? bwd_ws_kernel<96> : NULL;
   if (KPT == 96) return NB == 1 ? bwd_reg_kernel<1, 96> : NB == 2 ? bwd_reg_kernel<2, 96> : NULL;
@@ -483,7 +662,7 @@ static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
 }
 
 static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT, int WS) {
-  if (WS) return 4 * (S * KPT + H);
+  if (WS) return 4 * (S * KPT + H + (WS == 2 ? 2 * BV_WORDS * H : 0) + (int64_t)BW_RING * BW_WORDS * H);
   return KPT ? 4 * 2 * NB * S * KPT : 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk);
 }
 
@@ -510,10 +689,12 @@ static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t
   double waves = (double)((blocks + slots - 1) / slots);
   if (blocks * 4 > slots * 3 && blocks <= slots) waves *= 1.5;   /* a nearly full device (gru_persist.cu) */
   if (c.WS) {
-    /* roles on separate warps: the cell's dependent chain, two block barriers, and the larger of
-     * the product's FMAs per scheduler and the cell warps' other work (stores, look-ups, loads) */
+    /* roles on separate warps: the cell's dependent chain and two block barriers, the larger of
+     * the product's FMAs per scheduler and the cell warps' other work (stores, bias sums; with
+     * WS = 1 also the look-ups and copies), and the warps per scheduler (fitted to the H200's
+     * long-kws timings: WS = 1 with S = 2 ahead of S = 4, bench/gpu_runs/kws_bwd2_d1_kws.log) */
     const double mv = (double)((Hk * S / 32 + 3) / 4) * (c.KPT + 40.0);
-    return waves * (600.0 + 300.0 + (mv > 350.0 ? mv : 350.0) + c.KPT) / 1750.0;
+    return waves * (700.0 + (c.WS == 1 ? 250.0 : 0.0) + (mv > 200.0 ? mv : 200.0) + 0.5 * c.threads) / 1750.0;
   }
   if (c.KPT) {
     /* R~ in registers: the float register backward's fit (gru_persist.cu, step_cycles: a fixed
@@ -557,7 +738,8 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
   int nc = 0;
   const int forced = ctx->persist_cluster > 0;   /* qg_ctx_set_persist_shape */
   /* where R~ is held: 0 either, 1 shared memory, 2 registers, 3 registers with the roles on
-   * separate warps (qg_ctx_set_persist_shape's storage).
+   * separate warps, 4 the same with the cell's inputs prepared by warps of their own
+   * (qg_ctx_set_persist_shape's storage).
    * Unforced, the register variant is a candidate without clusters only: its three dq values per
    * unit go into every peer's shared memory, which made the float register backward slower than
    * the shared-memory one in clusters (bench/gpu.md, run 4's sweep). */
@@ -597,7 +779,8 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
         }
       /* the split roles (storage 3, or chosen): one row per CTA, no cluster; R~'s warps plus one
        * thread per unit */
-      if ((storage == 3 || storage == 0) && K == 1 && NB == 1)
+      for (int ws = 1; ws <= 2; ws++) {
+      if ((storage == 2 + ws || storage == 0) && K == 1 && NB == 1)
         for (int S = 1; S <= 32 && nsk < 24; S *= 2) {
           if (forced && ctx->persist_splits > 0 && S != ctx->persist_splits) continue;
           const int64_t need = (3 * H + S - 1) / S;
@@ -605,15 +788,16 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
           for (int i = 0; i < 4 && !kpt; i++)
             if (BP_KPT[i] >= need) kpt = BP_KPT[i];
           if (!kpt || (3 * H + kpt - 1) / kpt < S / 2 + 1) continue;
-          if (round_up(H * S, 32) + round_up(H, 32) > persist_reg_threads(kpt)) continue;
-          Ss[nsk] = S; Kp[nsk] = kpt; Ws[nsk++] = 1;
+          if (round_up(H * S, 32) + ws * round_up(H, 32) > persist_reg_threads(kpt)) continue;
+          Ss[nsk] = S; Kp[nsk] = kpt; Ws[nsk++] = ws;
         }
+      }
       for (int si = 0; si < nsk; si++) {
         const int S = Ss[si];
         bp_plan c;
         c.K = K; c.Hk = Hk; c.NB = NB; c.S = S; c.KPT = Kp[si]; c.WS = Ws[si];
         c.threads = (int)round_up(c.KPT ? Hk * S : (Hk * S > NB * Hk ? Hk * S : NB * Hk), 32);
-        if (c.WS) c.threads = (int)(round_up(H * S, 32) + round_up(H, 32));
+        if (c.WS) c.threads = (int)(round_up(H * S, 32) + c.WS * round_up(H, 32));
         c.groups = (int)((N + NB - 1) / NB);
         int64_t bytes = bp_smem(H, Hk, NB, S, c.KPT, c.WS);
         if (bytes > ctx->smem_optin || nc >= MAXC) continue;
@@ -698,6 +882,19 @@ __global__ void bias_final_kernel(const double *part, int64_t chunks, int64_t H3
   if (j >= H3) return;
   double sx = 0, sr = 0;
   for (int64_t c = 0; c < chunks; c++) { sx += part[(2 * c) * H3 + j]; sr += part[(2 * c + 1) * H3 + j]; }
+  dbx[j] += mbx[j] ? (float)sx : 0.0f;
+  dbr[j] += mbr[j] ? (float)sr : 0.0f;
+}
+
+/* bwd_ws_kernel's bias sums: bsum [N][4][H] (per row and unit over the steps: dzpre, drpre, dgpre,
+ * drhb) added over the rows in order; dbx's rows z, r, g take sums 0, 1, 2, dbr's 0, 1, 3. */
+__global__ void bias_rows_kernel(const double *bsum, int64_t N, int64_t H, const uint8_t *mbx, const uint8_t *mbr, float *dbx,
+                                 float *dbr) {
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= 3 * H) return;
+  const int64_t k = j / H, i = j % H, kr = k == 2 ? 3 : k;
+  double sx = 0, sr = 0;
+  for (int64_t n = 0; n < N; n++) { sx += bsum[(n * 4 + k) * H + i]; sr += bsum[(n * 4 + kr) * H + i]; }
   dbx[j] += mbx[j] ? (float)sx : 0.0f;
   dbr[j] += mbr[j] ? (float)sr : 0.0f;
 }
@@ -974,16 +1171,17 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int rpt = persistent ? 1 : step_rows_per_thread(N);
   const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
   const int slices = persistent || TN == 0 || NH == 0 ? 0 : step_gemm_slices(ctx, N, H);
-  /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H], dh, dh_next [N, H],
+  /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
-   * bias partial sums [chunks, 2, 3H] or the per-step path's step sums [T, schunks, 4, H] */
-  const int64_t nbc = persistent ? TN * H3 * 4 : 0;
+   * bias partial sums [chunks, 2, 3H] (bwd_ws_kernel: [N, 4, H]) or the per-step path's step sums [T, schunks, 4, H] */
+  const int64_t nbc = persistent && !pc.WS ? TN * H3 * 4 : 0;
+  const int64_t npart = persistent ? (pc.WS ? N * 4 * H : chunks * 2 * H3) : T * schunks * 4 * H;
   int64_t total = 0;
   const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
                 o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
                 o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
                 o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_P = take(&total, slices * NH * 4),
-                o_part = take(&total, persistent ? chunks * 2 * H3 * 8 : T * schunks * 4 * H * 8);
+                o_part = take(&total, npart * 8);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
@@ -1011,6 +1209,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.y_offset = y_offset;
   bp.dp = dp; bp.dq = dq; bp.bcx = persistent ? bcx : NULL; bp.bcr = persistent ? bcr : NULL;
   bp.Rf = g->fq[QG_W_R];
+  bp.bsum = persistent && pc.WS ? part : NULL;
   if (persistent) {
     const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
     QG_CHECK(bp_prepare(ctx, fn, f));
@@ -1042,6 +1241,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     bias_steps_kernel<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(part, T, schunks, H, g->mask[QG_W_BX],
                                                                                 g->mask[QG_W_BR], (float *)dbx->data,
                                                                                 (float *)dbr->data);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+  } else if (pc.WS) {
+    bias_rows_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, N, H, g->mask[QG_W_BX], g->mask[QG_W_BR], (float *)dbx->data,
+                                                              (float *)dbr->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   } else {
     if (TN > 0 && H3 > 0) {

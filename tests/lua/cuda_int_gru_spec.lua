@@ -353,11 +353,22 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     { seed = 47, T = 9, N = 5, C = 7, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 2, 3 } },
     { seed = 48, T = 7, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 1, 3 } },
     { seed = 49, T = 6, N = 17, C = 5, H = 30, h0 = true, lengths = true, shape = { 1, 1, 2, 3 } },
+    -- bwd_ws_kernel's ring of copies (8 steps) and its bias sums per (row, unit): fewer steps than the
+    -- ring, several turns of it with lengths and reverse, four lanes at H = 40
+    { seed = 50, T = 1, N = 4, C = 5, H = 64, lengths = true, shape = { 1, 1, 2, 3 } },
+    { seed = 51, T = 40, N = 16, C = 40, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 2, 3 } },
+    { seed = 52, T = 25, N = 3, C = 5, H = 40, lengths = true, shape = { 1, 1, 4, 3 } },
+    -- the cell's inputs prepared on warps of their own (storage = 4: bwd_ws3_kernel)
+    { seed = 53, T = 12, N = 16, C = 40, H = 64, lengths = true, shape = { 1, 1, 2, 4 } },
+    { seed = 54, T = 40, N = 5, C = 7, H = 64, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 4, 4 } },
+    { seed = 55, T = 7, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, shape = { 1, 1, 1, 4 } },
+    { seed = 56, T = 1, N = 17, C = 5, H = 30, h0 = true, lengths = true, shape = { 1, 1, 2, 4 } },
   }
   local gpu_ctx = clib.context("cuda")
   for _, c in ipairs(BCASES) do
     local sh = c.shape and string.format(" (persistent forced to %d CTAs x %d rows, %d splits%s)", c.shape[1], c.shape[2], c.shape[3],
-                                         ({ [1] = ", R~ in shared memory", [2] = ", R~ in registers", [3] = ", R~ in registers, the cell on warps of its own" })[c.shape[4] or 0] or "") or ""
+                                         ({ [1] = ", R~ in shared memory", [2] = ", R~ in registers", [3] = ", R~ in registers, the cell on warps of its own",
+                                           [4] = ", R~ in registers, the cell and its inputs on warps of their own" })[c.shape[4] or 0] or "") or ""
     it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s: STE gradients within 1e-5 of the CPU's, both paths%s; the same run twice "
                      .. "is bit-identical", c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "",
                      c.reverse and " reverse" or "", sh), function()
