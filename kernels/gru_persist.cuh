@@ -73,6 +73,43 @@ __device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
     for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
 }
 
+/* One lane's share of dh = dq R^T in the register kernels (the float backward's and the integer
+ * STE backward's, gru_persist_reg.cu and int_gru_backward.cu): its KPT entries of R's row (Rr)
+ * against the same entries of each of the NB rows' dq (qr, row stride Jp; the first PV float4
+ * words per row already loaded into pre), in four chains per row (groups of four entries, round
+ * robin) added in a fixed order, then the butterfly over the unit's S lanes. Returns row pb's sum
+ * (every lane of the group gets the same bits). */
+template <int NB, int KPT, int PV>
+__device__ __forceinline__ float dq_rt_reg(const float (&Rr)[KPT], const float4 (&pre)[PV][NB], const float *qr, int Jp, int S, int pb) {
+  float ch[4][NB];
+#pragma unroll
+  for (int c4 = 0; c4 < 4; c4++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KPT; i += 4) {
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+      const float4 q4 = i / 4 < PV ? pre[i / 4 < PV ? i / 4 : 0][b] : *reinterpret_cast<const float4 *>(qr + b * Jp + i);
+      float v = ch[(i / 4) % 4][b];
+      v = fmaf(Rr[i], q4.x, v);
+      v = fmaf(Rr[i + 1], q4.y, v);
+      v = fmaf(Rr[i + 2], q4.z, v);
+      v = fmaf(Rr[i + 3], q4.w, v);
+      ch[(i / 4) % 4][b] = v;
+    }
+  }
+  float acc[NB];
+#pragma unroll
+  for (int b = 0; b < NB; b++) acc[b] = (ch[0][b] + ch[1][b]) + (ch[2][b] + ch[3][b]);
+  group_sum(acc, S);
+  float sum = acc[0];
+#pragma unroll
+  for (int b = 1; b < NB; b++)
+    if (pb == b) sum = acc[b];
+  return sum;
+}
+
 /* How many of a step's float4 state words per row a thread reads into registers before the work
  * that does not depend on them (the previous step's global stores, the prefetch): their
  * shared-memory latency then overlaps that work. */

@@ -226,36 +226,9 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
       float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
       dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
     }
-    /* four chains per sum (groups of four entries, round robin), added in a fixed order */
-    float ch[4][NB];
-#pragma unroll
-    for (int c4 = 0; c4 < 4; c4++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) ch[c4][b] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < KPT; i += 4) {
-#pragma unroll
-      for (int b = 0; b < NB; b++) {
-        const float4 q4 = i / 4 < PV ? pre[i / 4 < PV ? i / 4 : 0][b] : *reinterpret_cast<const float4 *>(qr + b * Jp + i);
-        float v = ch[(i / 4) % 4][b];
-        v = fmaf(Rr[i], q4.x, v);
-        v = fmaf(Rr[i + 1], q4.y, v);
-        v = fmaf(Rr[i + 2], q4.z, v);
-        v = fmaf(Rr[i + 3], q4.w, v);
-        ch[(i / 4) % 4][b] = v;
-      }
-    }
-    float acc[NB];
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[b] = (ch[0][b] + ch[1][b]) + (ch[2][b] + ch[3][b]);
-    group_sum(acc, S);
-    if (pact) {
-      float sum = acc[0];
-#pragma unroll
-      for (int b = 1; b < NB; b++)
-        if (pb == b) sum = acc[b];
-      dh = keep + sum;
-    }
+    /* dh = keep + (dq R^T) for this lane's row, on every lane (the sums are collective) */
+    const float sum = dq_rt_reg<NB, KPT, PV>(Rr, pre, qr, Jp, S, pb);
+    if (pact) dh = keep + sum;
   }
   if (pact && D.dh0) D.dh0[(int64_t)pn * H + pj] = dh;
 }
