@@ -2,21 +2,26 @@
 # tests/gpu/device_check.sh: one call on the GPU machine for the CUDA float GRU: build, the C
 # driver tests/c/test_cuda_gru.c (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
 # (on the C driver; luasanitize: both tools over every #gpu spec, tests/sanitize_gpu.sh), the
-# persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), and the cuDNN / PyTorch
-# baseline (bench_cudnn.py), each phase under its own time limit, logs under $OUT. Run from the project root (or a staged copy) after
+# persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), the cuDNN / PyTorch
+# baseline (bench_cudnn.py) and Haste built and timed beside them (bench/haste_device.sh), each
+# phase under its own time limit, logs under $OUT. Run from the project root (or a staged copy) after
 # `source .device/device-env.sh`, with QGRU_NO_INSTALL=1 and QGRU_BUILD_DIR set:
 #   bash tests/gpu/device_check.sh [phases] [bench options...]
 # phases: comma-separated, in the order given: build,cgru,specs,memcheck,luasanitize,racecheck,
-# sweep,bench,cudnn,mainjob (default: all but luasanitize, sweep and mainjob). A phase may repeat
+# sweep,bench,cudnn,haste,mainjob (default: all but luasanitize, sweep and mainjob). A phase may repeat
 # (specs,specs: the specs twice, logs specs1.log, specs2.log). The recipes run through luajit with
 # lua/ on LUA_PATH (./qgru would build). luasanitize: QGRU_SANITIZE_DEADLINE (default 300 s) bounds
 # it; the per-test logs go to a tarball, $OUT/sanitize.tgz. mainjob: the README's main job
 # (recipes/qat.lua) on the GPU; the data from QGRU_FASHION_MNIST or the Debian package's folder.
+# haste: only when QGRU_HASTE_SRC names a Haste source tree (carried, e.g. .stage/haste-src; see
+# bench/haste_device.sh's header), else it says it is skipped; builds libhaste.a and
+# bench/haste_bench.cu there and times Haste (fp32 / tf32 / its shipped fp16 tensor-op math,
+# HASTE_REPS, default 20) into $OUT/haste.log.
 set -uo pipefail
 OUT=${OUT:-/tmp/qgru-out}
 mkdir -p "$OUT"
 B=${QGRU_BUILD_DIR:-$PWD/build}
-phases=${1:-build,cgru,specs,memcheck,racecheck,bench,cudnn}
+phases=${1:-build,cgru,specs,memcheck,racecheck,bench,cudnn,haste}
 shift || true
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
@@ -75,6 +80,14 @@ run_phase() {
     PYTHONUNBUFFERED=1 timeout 150 python3 "$CUDNN" ${CUDNN_REPS:-20} > "$OUT/cudnn.log" 2>&1
     echo "cudnn ($CUDNN) rc=$?"
     grep -A40 "^anchor" "$OUT/cudnn.log" | head -45 ;;
+  haste)
+    if [ -n "${QGRU_HASTE_SRC:-}" ]; then
+      timeout 150 bash bench/haste_device.sh "$QGRU_HASTE_SRC" "${HASTE_REPS:-20}" > /dev/null 2>&1
+      echo "haste ($QGRU_HASTE_SRC) rc=$?"
+      grep -E "^haste|^selftest|^libhaste|rror|failed" "$OUT/haste.log" | cut -c1-220
+    else
+      echo "haste: skipped (QGRU_HASTE_SRC is not set: no Haste source tree to build)"
+    fi ;;
   *) echo "unknown phase $1" ;;
   esac
 }
