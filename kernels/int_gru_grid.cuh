@@ -28,6 +28,9 @@
  *      The four rows' cells are one straight-line block (every row computed, stores after), so
  *      their dependent chains interleave; the activation tables sit in shared memory where they
  *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
+ * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x): the plane
+ * products in rows of wx_ld int32, to which load_wx adds the zero-point terms (mod 2^32, the
+ * values wx_gemm_kernel's acc_out epilogue writes); else wx_gemm_kernel's accumulators.
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
@@ -48,6 +51,11 @@ struct tg_params {
   int32_t *bar;   /* [gridDim.y] arrival counters, zero at launch */
   int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free 32-bit fragment loads) */
   int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
+  /* W x: rows of wx_ld int32 (t.c.qwx); wx_bc != NULL: cuBLASLt's plane products, to which the
+   * kernel adds the zero-point terms wx_bc[j] + wx_ow[j] wx_sx[tn] ([3H], [3H], [T N]) mod 2^32
+   * as it loads them (int_gru.cu, "W x on cuBLASLt"); NULL: wx_gemm_kernel's accumulators */
+  int64_t wx_ld;
+  const int64_t *wx_bc, *wx_ow, *wx_sx;
 };
 
 /* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], then the h block
@@ -128,6 +136,16 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     Ln[q] = n < N ? (int32_t)length_at(c.L, n, T) : 0;
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
+  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise) */
+  const bool fold = gp.wx_bc != NULL;
+  uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
+  if (fold && unit_ok) {
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      wbc[k] = (uint32_t)gp.wx_bc[k * H + i];
+      wow[k] = (uint32_t)gp.wx_ow[k * H + i];
+    }
+  }
   /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait */
   auto load_wx = [&](int64_t s) {
 #pragma unroll
@@ -135,8 +153,14 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
       if (unit_ok && n < N && s < Ln[q]) {
-        const int32_t *wx = c.qwx + ((c.reverse ? Ln[q] - 1 - s : s) * N + n) * 3 * H + i;
+        const int64_t tn = (c.reverse ? Ln[q] - 1 - s : s) * N + n;
+        const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
         pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        if (fold) {   /* + bconst[j] + offW[j] SX[tn], mod 2^32 (as wx_gemm_kernel's acc_out epilogue) */
+          const uint32_t x = (uint32_t)gp.wx_sx[tn];
+#pragma unroll
+          for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * x);
+        }
       }
     }
   };
