@@ -129,6 +129,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     roff[k] = unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
   }
   int32_t php[RPT], pwx[RPT][3];
+  uint32_t psx[RPT];   /* SX[tn] of the loaded W x rows (fold) */
   int32_t Ln[RPT];   /* valid steps of the rows (T < 2^31) */
 #pragma unroll
   for (int q = 0; q < RPT; q++) {
@@ -152,17 +153,23 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     for (int q = 0; q < RPT; q++) {
       const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
+      psx[q] = 0;
       if (unit_ok && n < N && s < Ln[q]) {
         const int64_t tn = (c.reverse ? Ln[q] - 1 - s : s) * N + n;
         const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
         pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
-        if (fold) {   /* + bconst[j] + offW[j] SX[tn], mod 2^32 (as wx_gemm_kernel's acc_out epilogue) */
-          const uint32_t x = (uint32_t)gp.wx_sx[tn];
-#pragma unroll
-          for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * x);
-        }
+        if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
       }
     }
+  };
+  /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue), applied where
+   * the cells use them: the loads issued a step ahead are not waited for before the arrival */
+  auto fold_wx = [&]() {
+    if (!fold) return;
+#pragma unroll
+    for (int q = 0; q < RPT; q++)
+#pragma unroll
+      for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
   };
   load_wx(0);
   const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
@@ -266,6 +273,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
      * indexed by clamped codes), so their four dependent chains interleave and the unit's rows
      * of Ps are read once for the four; then the stores. SAVE = 0 (inference): the saved codes
      * and the mask word are dead and the compiler drops their work. */
+    fold_wx();
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     if (TG_SKIP == 3) {
