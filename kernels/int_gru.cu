@@ -380,43 +380,52 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
   }
 }
 
-/* x_quant_kernel for one int8 plane, C % 4 == 0 and x 16-byte aligned: four columns per thread
- * (one 16-byte load of x, 4-byte stores of the plane and the masks, a 16-byte store of the
- * codes); xq / xm NULL (inference: nothing reads them) skip those stores. The same codes, planes
- * and sums as x_quant_kernel (qg_quant_real per element). */
-template <int OBS>
-__global__ void x_quant4_kernel(const float *x, int64_t T, int64_t N, int64_t C, qg_qp QX, const int64_t *L, int32_t *xq,
-                                uint8_t *xm, int64_t base, int64_t c0, int64_t Kp, int8_t *planes, int64_t *S, double *range,
-                                int64_t *counts, int64_t nrows, const __grid_constant__ h0_job hj) {
-  __shared__ int64_t red[32];
-  if ((int64_t)blockIdx.x >= nrows) { h0_part<OBS>(hj, blockIdx.x - nrows, range, counts); return; }
-  const int64_t r = blockIdx.x, TN = T * N;
-  const bool row = r < TN;
-  bool valid = false;
-  if (OBS && row) valid = r / N < length_at(L, r % N, T);
-  int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
-  for (int64_t k = 4 * (int64_t)threadIdx.x; k < Kp; k += 4 * (int64_t)blockDim.x) {
-    uint32_t pw = 0;
-    if (row && k < C) {
-      const int64_t i = r * C + k;
-      const float4 v4 = *(const float4 *)(x + i);
-      const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-      int32_t q[4];
-      uint32_t mw = 0;
+/* x_quant_kernel without an observer for one int8 plane, C % 4 == 0 and x 16-byte aligned:
+ * blocks of XQ4_THREADS threads, one row each, eight columns per thread and iteration (two
+ * 16-byte loads of x issued together, then 4-byte stores of the plane and the masks and 16-byte
+ * stores of the codes); xq / xm NULL (inference: nothing reads them) skip those stores. The same
+ * codes, planes and sums as x_quant_kernel (qg_quant_real per element). */
+enum { XQ4_THREADS = 64 };
+
+__device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64_t base, int64_t c0, int32_t *xq, uint8_t *xm, int32_t *sum) {
+  if (!in) return 0;
+  const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+  int32_t q[4];
+  uint32_t mw = 0, pw = 0;
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int m;
-        q[e] = (int32_t)qg_quant_real((double)v[e], QX, &m);
-        mw |= (uint32_t)m << (8 * e);
-        if (OBS && valid) observe(range, counts, QG_Q_INPUT_X, (double)v[e]);
-        const int32_t rr = q[e] - (int32_t)base;
-        pw |= ((uint32_t)rr & 255u) << (8 * e);
-        sum += rr - (int32_t)c0;
-      }
-      if (xq) *(int4 *)(xq + i) = make_int4(q[0], q[1], q[2], q[3]);
-      if (xm) *(uint32_t *)(xm + i) = mw;
+  for (int e = 0; e < 4; e++) {
+    int m;
+    q[e] = (int32_t)qg_quant_real((double)v[e], QX, &m);
+    mw |= (uint32_t)m << (8 * e);
+    const int32_t rr = q[e] - (int32_t)base;
+    pw |= ((uint32_t)rr & 255u) << (8 * e);
+    *sum += rr - (int32_t)c0;
+  }
+  if (xq) *(int4 *)xq = make_int4(q[0], q[1], q[2], q[3]);
+  if (xm) *(uint32_t *)xm = mw;
+  return pw;
+}
+
+__global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__restrict__ x, int64_t TN, int64_t C, qg_qp QX,
+                                                               int32_t *xq, uint8_t *xm, int64_t base, int64_t c0, int64_t Kp,
+                                                               int8_t *planes, int64_t *S, int64_t nrows, const __grid_constant__ h0_job hj) {
+  __shared__ int64_t red[32];
+  if ((int64_t)blockIdx.x >= nrows) { h0_part<0>(hj, blockIdx.x - nrows, NULL, NULL); return; }
+  const int64_t r = blockIdx.x;
+  const bool row = r < TN;
+  int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
+  for (int64_t k0 = 4 * (int64_t)threadIdx.x; k0 < Kp; k0 += 8 * XQ4_THREADS) {
+    const int64_t k1 = k0 + 4 * XQ4_THREADS;
+    const bool in0 = row && k0 < C, in1 = row && k1 < C;
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+    if (in0) v0 = *(const float4 *)(x + r * C + k0);
+    if (in1) v1 = *(const float4 *)(x + r * C + k1);
+    const uint32_t p0 = xq4_quad(v0, in0, QX, base, c0, xq ? xq + r * C + k0 : NULL, xm ? xm + r * C + k0 : NULL, &sum);
+    *(uint32_t *)(planes + r * Kp + k0) = p0;
+    if (k1 < Kp) {
+      const uint32_t p1 = xq4_quad(v1, in1, QX, base, c0, xq ? xq + r * C + k1 : NULL, xm ? xm + r * C + k1 : NULL, &sum);
+      *(uint32_t *)(planes + r * Kp + k1) = p1;
     }
-    *(uint32_t *)(planes + r * Kp + k) = pw;
   }
   const int64_t tot = block_sum_i64(sum, red);
   if (threadIdx.x == 0) S[r] = tot;
@@ -1654,14 +1663,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   double *Xd = wx_mma ? NULL : (double *)(ws + o_Xd);
   if (rows + h0_blocks > 0) {
     h0_job hj = {h0 ? (const float *)h0->data : NULL, NH, QH, hq0};
-    const int vec4 = wx_mma && xpl.n == 1 && C % 4 == 0 && ((uintptr_t)x->data & 15) == 0 && (!xq || ((uintptr_t)xq & 15) == 0) &&
+    const int vec4 = !obs && wx_mma && xpl.n == 1 && C % 4 == 0 && ((uintptr_t)x->data & 15) == 0 && (!xq || ((uintptr_t)xq & 15) == 0) &&
                      (!xm || ((uintptr_t)xm & 3) == 0);
-    if (vec4 && obs)
-      x_quant4_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.base, xpl.c0,
-                                                                        KpX, Xp, SX, range, counts, rows, hj);
-    else if (vec4)
-      x_quant4_kernel<0><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.base, xpl.c0,
-                                                                        KpX, Xp, SX, range, counts, rows, hj);
+    if (vec4)
+      x_quant4_kernel<<<(unsigned)(rows + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>(
+          (const float *)x->data, TN, C, QX, xq, xm, xpl.base, xpl.c0, KpX, Xp, SX, rows, hj);
     else if (obs)
       x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
                                                                        xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);

@@ -883,7 +883,7 @@ describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kerne
         return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
                                    ["input.x"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8wx")
       end },
-    { seed = 65, T = 2, N = 65, C = 64, H = 1030, lengths = true, reverse = true, want = lib.QG_CELL_32,
+    { seed = 65, T = 2, N = 65, C = 64, H = 1030, h0 = true, lengths = true, reverse = true, want = lib.QG_CELL_32,
       name = "signed asymmetric W and x, C % 4 == 0: the four-column x quantization",
       cfg = function()
         return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false },
