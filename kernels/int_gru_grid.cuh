@@ -28,7 +28,7 @@
  *      The four rows' cells are one straight-line block (every row computed, stores after), so
  *      their dependent chains interleave; the activation tables sit in shared memory where they
  *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
- * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x): the plane
+ * W x comes from cuBLASLt where int_gru.cu could run it (inference, single planes of W and x): the plane
  * products in rows of wx_ld int32, to which load_wx adds the zero-point terms (mod 2^32, the
  * values wx_gemm_kernel's acc_out epilogue writes); else wx_gemm_kernel's accumulators.
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
@@ -138,7 +138,9 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
   /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise) */
-  const bool fold = gp.wx_bc != NULL;
+  /* SAVE = 1 (training) never folds (int_gru.cu takes cuBLASLt for inference only): the fold's
+   * ten live registers made that variant spill (ptxas: 164 bytes at the 128-register limit) */
+  const bool fold = !SAVE && gp.wx_bc != NULL;
   uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
   if (fold && unit_ok) {
 #pragma unroll
