@@ -94,10 +94,97 @@
 #include "../core/int_gru.h"
 
 #include <cooperative_groups.h>
+#include <cublasLt.h>
+#include <mutex>
 #include <string.h>
 #include <type_traits>
 
 namespace cg = cooperative_groups;
+
+/* ================================ W x on cuBLASLt ================================ */
+
+/* The 32-bit mode's W x with single planes, where the GPU-wide recurrence's inference variant
+ * (tc_grid_kernel SAVE = 0; the training variant has no registers left for the fold) consumes it: cuBLASLt's
+ * int8 x int8 -> int32 GEMM (sm90: wgmma / TMA; bench/wx_gemm_bench.cu: 0.127 ms at the large
+ * shape against 0.27 for wx_gemm_kernel) writes the plane product D[tn][j] = sum_k PX[tn][k]
+ * PW[j][k] (K = the padded Kp: the padding is zeros) into rows of lt_ldc(3H) int32, and
+ * tc_grid_kernel adds the zero-point terms bconst[j] + offW[j] SX[tn] where its cells use them (mod 2^32,
+ * exactly what wx_gemm_kernel's acc_out epilogue writes). The handle is the context's cuBLAS
+ * handle (a cublasHandle_t is a valid cublasLtHandle_t), the workspace its cuBLAS workspace (the
+ * same stream: the calls are ordered), the descriptors are initialized in place (no allocation)
+ * and, with the algorithm of the heuristic, cached per device and size below: nothing is created
+ * per call, and the call can be captured in a CUDA graph. A size cuBLASLt has no algorithm for
+ * keeps wx_gemm_kernel. */
+enum { LT_CACHE = 16 };
+static const size_t LT_WORKSPACE = (size_t)4 << 20;   /* within the context's cuBLAS workspace (32 MiB, device.cu) */
+
+struct lt_plan {
+  int used, dev, ok;
+  int64_t M, N, K, ldc;
+  cublasLtMatmulDescOpaque_t op;
+  cublasLtMatrixLayoutOpaque_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+};
+static lt_plan lt_plans[LT_CACHE];
+static int lt_next;
+static std::mutex lt_mutex;
+
+/* row stride of the cuBLASLt output (32-byte rows) */
+static inline int64_t lt_ldc(int64_t H3) { return round_up(H3, 8); }
+
+/* The cached plan of D [N][ldc] = X [N][K] W [M][K]^T on device dev (lt_mutex held); ok = 0 where
+ * cuBLASLt has no algorithm for it. */
+static lt_plan *lt_plan_of(qg_ctx *ctx, int dev, int64_t M, int64_t N, int64_t K, int64_t ldc) {
+  for (int i = 0; i < LT_CACHE; i++) {
+    lt_plan *p = &lt_plans[i];
+    if (p->used && p->dev == dev && p->M == M && p->N == N && p->K == K && p->ldc == ldc) return p;
+  }
+  lt_plan *p = &lt_plans[lt_next];
+  lt_next = (lt_next + 1) % LT_CACHE;
+  memset(p, 0, sizeof *p);
+  p->used = 1; p->dev = dev; p->M = M; p->N = N; p->K = K; p->ldc = ldc;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulPreferenceOpaque_t pref;
+  size_t wsz = ctx->blas_ws[0] ? LT_WORKSPACE : 0;
+  cublasLtMatmulHeuristicResult_t res;
+  int n = 0;
+  const cublasLtHandle_t h = (cublasLtHandle_t)qg_cuda_blas(ctx);
+  p->ok = cublasLtMatmulDescInit(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+          /* W [M][K] row-major = K x M column-major, op T; X [N][K] = K x N; D [N][ldc] = M x N, ld ldc */
+          cublasLtMatrixLayoutInit(&p->la, CUDA_R_8I, (uint64_t)K, (uint64_t)M, K) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatrixLayoutInit(&p->lb, CUDA_R_8I, (uint64_t)K, (uint64_t)N, K) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatrixLayoutInit(&p->lc, CUDA_R_32I, (uint64_t)M, (uint64_t)N, ldc) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulPreferenceInit(&pref) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoGetHeuristic(h, &p->op, &p->la, &p->lb, &p->lc, &p->lc, &pref, 1, &res, &n) == CUBLAS_STATUS_SUCCESS &&
+          n >= 1 && res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= wsz;
+  if (p->ok) p->algo = res.algo;
+  return p;
+}
+
+/* Whether cuBLASLt has an algorithm for this W x (M = 3H, N = T N, K = Kp). */
+static qg_status lt_wx_usable(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, int *ok) {
+  int dev;
+  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(lt_mutex);
+  *ok = lt_plan_of(ctx, dev, M, N, K, lt_ldc(M))->ok;
+  return QG_OK;
+}
+
+/* Enqueues D = X W^T on the context's stream (a size lt_wx_usable accepted). */
+static qg_status lt_wx_run(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, const int8_t *W, const int8_t *X, int32_t *D) {
+  int dev;
+  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(lt_mutex);
+  lt_plan *p = lt_plan_of(ctx, dev, M, N, K, lt_ldc(M));
+  if (!p->ok) return qg_fail(ctx, QG_ERR_DEVICE, fn, "cuBLASLt: no int8 algorithm for %lld x %lld x %lld", (long long)M, (long long)N, (long long)K);
+  const int32_t one = 1, zero = 0;
+  const cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)qg_cuda_blas(ctx), &p->op, &one, W, &p->la, X, &p->lb, &zero, D, &p->lc, D,
+                                          &p->lc, &p->algo, ctx->blas_ws[0], ctx->blas_ws[0] ? LT_WORKSPACE : 0, qg_cuda_stream(ctx));
+  return qg_cublas_status(ctx, fn, s);
+}
 
 /* ================================ shared device helpers ================================ */
 
@@ -237,7 +324,8 @@ __global__ void weight_centered_kernel(const int32_t *codes, const int32_t *zp, 
   }
 }
 
-/* input.x: one block per row r < nrows (rows >= TN only get zero planes): codes and masks, int8
+/* input.x: one block per row r < nrows (rows >= TN only get zero planes): codes and masks (xq /
+ * xm NULL: not written), int8
  * planes [np][Np][Kp] and S[r] = sum_k (r - c0) (when planes), centered doubles (when xd),
  * statistics at valid steps. The blocks after nrows quantize h0 (h0_part). */
 struct h0_job {
@@ -276,8 +364,8 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
       const float v = x[i];
       int m;
       const int64_t q = qg_quant_real((double)v, QX, &m);
-      xq[i] = (int32_t)q;
-      xm[i] = (uint8_t)m;
+      if (xq) xq[i] = (int32_t)q;
+      if (xm) xm[i] = (uint8_t)m;
       if (OBS && valid) observe(range, counts, QG_Q_INPUT_X, (double)v);
       if (planes) { split_planes(q, base, np, &p0, &p1); sum += q - base - c0; }
       if (xd) xd[i] = (double)(q - QX.z);
@@ -291,6 +379,57 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
     sum = block_sum_i64(sum, red);
     if (threadIdx.x == 0) S[r] = sum;
   }
+}
+
+/* x_quant_kernel without an observer for one int8 plane, C % 4 == 0 and x 16-byte aligned:
+ * blocks of XQ4_THREADS threads, one row each, eight columns per thread and iteration (two
+ * 16-byte loads of x issued together, then 4-byte stores of the plane and the masks and 16-byte
+ * stores of the codes); xq / xm NULL (inference: nothing reads them) skip those stores. The same
+ * codes, planes and sums as x_quant_kernel (qg_quant_real per element). */
+enum { XQ4_THREADS = 64 };
+
+__device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64_t base, int64_t c0, int32_t *xq, uint8_t *xm, int32_t *sum) {
+  if (!in) return 0;
+  const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+  int32_t q[4];
+  uint32_t mw = 0, pw = 0;
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    int m;
+    q[e] = (int32_t)qg_quant_real((double)v[e], QX, &m);
+    mw |= (uint32_t)m << (8 * e);
+    const int32_t rr = q[e] - (int32_t)base;
+    pw |= ((uint32_t)rr & 255u) << (8 * e);
+    *sum += rr - (int32_t)c0;
+  }
+  if (xq) *(int4 *)xq = make_int4(q[0], q[1], q[2], q[3]);
+  if (xm) *(uint32_t *)xm = mw;
+  return pw;
+}
+
+__global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__restrict__ x, int64_t TN, int64_t C, qg_qp QX,
+                                                               int32_t *xq, uint8_t *xm, int64_t base, int64_t c0, int64_t Kp,
+                                                               int8_t *planes, int64_t *S, int64_t nrows, const __grid_constant__ h0_job hj) {
+  __shared__ int64_t red[32];
+  if ((int64_t)blockIdx.x >= nrows) { h0_part<0>(hj, blockIdx.x - nrows, NULL, NULL); return; }
+  const int64_t r = blockIdx.x;
+  const bool row = r < TN;
+  int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
+  for (int64_t k0 = 4 * (int64_t)threadIdx.x; k0 < Kp; k0 += 8 * XQ4_THREADS) {
+    const int64_t k1 = k0 + 4 * XQ4_THREADS;
+    const bool in0 = row && k0 < C, in1 = row && k1 < C;
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+    if (in0) v0 = *(const float4 *)(x + r * C + k0);
+    if (in1) v1 = *(const float4 *)(x + r * C + k1);
+    const uint32_t p0 = xq4_quad(v0, in0, QX, base, c0, xq ? xq + r * C + k0 : NULL, xm ? xm + r * C + k0 : NULL, &sum);
+    *(uint32_t *)(planes + r * Kp + k0) = p0;
+    if (k1 < Kp) {
+      const uint32_t p1 = xq4_quad(v1, in1, QX, base, c0, xq ? xq + r * C + k1 : NULL, xm ? xm + r * C + k1 : NULL, &sum);
+      *(uint32_t *)(planes + r * Kp + k1) = p1;
+    }
+  }
+  const int64_t tot = block_sum_i64(sum, red);
+  if (threadIdx.x == 0) S[r] = tot;
 }
 
 /* matmul.Wx codes and masks from an fp64 accumulator [TN, 3H] (exact integers, or simulated). */
@@ -1450,12 +1589,19 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   g->cell_path = wide || !rec_exact ? QG_CELL_128 : QG_CELL_64;
   g->cell_path_read = a32 ? cell_path_read : NULL;
   const int64_t KpR = small ? sp.Kp : persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
+  /* W x on cuBLASLt (above: the plane product; tc_grid_kernel adds the zero-point terms) where
+   * the GPU-wide recurrence's inference variant consumes the 32-bit mode's accumulators with
+   * single planes (the training variant has no registers left for the terms), else
+   * wx_gemm_kernel; qwx rows of ldq int32 */
+  int lt_wx = 0;
+  if (grid_rec && !saved && wx_mma && a32 && wpl.n == 1 && xpl.n == 1 && TN > 0 && TN < (1LL << 31))
+    QG_CHECK(lt_wx_usable(ctx, fn, H3, TN, round_up(C, WX_BK), &lt_wx));
+  const int64_t ldq = lt_wx ? lt_ldc(H3) : H3;
 
   /* device workspace */
   int64_t total = 0;
-  const int64_t o_xq = saved ? 0 : take(&total, TN * C * 4), o_xm = saved ? 0 : take(&total, TN * C);
   const int64_t o_hp = saved ? 0 : take(&total, 2 * NH * 4);
-  const int64_t o_qwx = take(&total, TN * H3 * 4), o_mwx = take(&total, TN * H3);
+  const int64_t o_qwx = take(&total, TN * ldq * 4), o_mwx = take(&total, TN * H3);
   const int64_t Np = round_up(TN > 0 ? TN : 1, WX_BT), KpX = round_up(C, WX_BK), MpW = round_up(H3, WX_BJ);
   int64_t o_Xp = 0, o_SX = 0, o_Wp = 0, o_offW = 0, o_bcW = 0, o_Xd = 0, o_Wd = 0, o_acc = 0;
   if (wx_mma) {
@@ -1475,8 +1621,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   }
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
-  int32_t *xq = saved ? (int32_t *)saved->xq->data : (int32_t *)(ws + o_xq);
-  uint8_t *xm = saved ? (uint8_t *)saved->xmask->data : (uint8_t *)(ws + o_xm);
+  /* input.x codes and masks: only the backward reads them (inference writes none) */
+  int32_t *xq = saved ? (int32_t *)saved->xq->data : NULL;
+  uint8_t *xm = saved ? (uint8_t *)saved->xmask->data : NULL;
   int32_t *qwx = (int32_t *)(ws + o_qwx);
   uint8_t *mwx = (uint8_t *)(ws + o_mwx);
 
@@ -1518,7 +1665,12 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   double *Xd = wx_mma ? NULL : (double *)(ws + o_Xd);
   if (rows + h0_blocks > 0) {
     h0_job hj = {h0 ? (const float *)h0->data : NULL, NH, QH, hq0};
-    if (obs)
+    const int vec4 = !obs && wx_mma && xpl.n == 1 && C % 4 == 0 && ((uintptr_t)x->data & 15) == 0 && (!xq || ((uintptr_t)xq & 15) == 0) &&
+                     (!xm || ((uintptr_t)xm & 3) == 0);
+    if (vec4)
+      x_quant4_kernel<<<(unsigned)(rows + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>(
+          (const float *)x->data, TN, C, QX, xq, xm, xpl.base, xpl.c0, KpX, Xp, SX, rows, hj);
+    else if (obs)
       x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
                                                                        xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
     else
@@ -1527,7 +1679,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
   if (TN > 0) {
-    if (wx_mma) {
+    if (lt_wx) {
+      QG_CHECK(lt_wx_run(ctx, fn, H3, TN, KpX, (const int8_t *)(ws + o_Wp), Xp, qwx));
+    } else if (wx_mma) {
       wx_params wp;
       wp.Wp = (const int8_t *)(ws + o_Wp); wp.Xp = Xp;
       wp.Mp = MpW; wp.Np = Np; wp.Kp = KpX; wp.PA = wpl.n; wp.PB = xpl.n;
@@ -1632,6 +1786,10 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       gp.t = tp;
       gp.bar = (int32_t *)(ws + o_bar);
       gp.rld = (int)(KpR + 16);
+      gp.wx_ld = ldq;
+      gp.wx_bc = lt_wx ? (const int64_t *)(ws + o_bcW) : NULL;
+      gp.wx_ow = lt_wx ? (const int64_t *)(ws + o_offW) : NULL;
+      gp.wx_sx = lt_wx ? SX : NULL;
       const tg_kernel gk = tg_kernel_of(wide, saved != NULL);
       int dev, smem_max;
       cudaFuncAttributes fa;

@@ -28,6 +28,9 @@
  *      The four rows' cells are one straight-line block (every row computed, stores after), so
  *      their dependent chains interleave; the activation tables sit in shared memory where they
  *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
+ * W x comes from cuBLASLt where int_gru.cu could run it (inference, single planes of W and x): the plane
+ * products in rows of wx_ld int32, to which load_wx adds the zero-point terms (mod 2^32, the
+ * values wx_gemm_kernel's acc_out epilogue writes); else wx_gemm_kernel's accumulators.
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
@@ -48,6 +51,11 @@ struct tg_params {
   int32_t *bar;   /* [gridDim.y] arrival counters, zero at launch */
   int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free 32-bit fragment loads) */
   int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
+  /* W x: rows of wx_ld int32 (t.c.qwx); wx_bc != NULL: cuBLASLt's plane products, to which the
+   * kernel adds the zero-point terms wx_bc[j] + wx_ow[j] wx_sx[tn] ([3H], [3H], [T N]) mod 2^32
+   * as it loads them (int_gru.cu, "W x on cuBLASLt"); NULL: wx_gemm_kernel's accumulators */
+  int64_t wx_ld;
+  const int64_t *wx_bc, *wx_ow, *wx_sx;
 };
 
 /* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], then the h block
@@ -121,6 +129,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     roff[k] = unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
   }
   int32_t php[RPT], pwx[RPT][3];
+  uint32_t psx[RPT];   /* SX[tn] of the loaded W x rows (fold) */
   int32_t Ln[RPT];   /* valid steps of the rows (T < 2^31) */
 #pragma unroll
   for (int q = 0; q < RPT; q++) {
@@ -128,17 +137,41 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     Ln[q] = n < N ? (int32_t)length_at(c.L, n, T) : 0;
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
+  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise) */
+  /* SAVE = 1 (training) never folds (int_gru.cu takes cuBLASLt for inference only): the fold's
+   * ten live registers made that variant spill (ptxas: 164 bytes at the 128-register limit) */
+  const bool fold = !SAVE && gp.wx_bc != NULL;
+  uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
+  if (fold && unit_ok) {
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      wbc[k] = (uint32_t)gp.wx_bc[k * H + i];
+      wow[k] = (uint32_t)gp.wx_ow[k * H + i];
+    }
+  }
   /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait */
   auto load_wx = [&](int64_t s) {
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
       const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
+      psx[q] = 0;
       if (unit_ok && n < N && s < Ln[q]) {
-        const int32_t *wx = c.qwx + ((c.reverse ? Ln[q] - 1 - s : s) * N + n) * 3 * H + i;
+        const int64_t tn = (c.reverse ? Ln[q] - 1 - s : s) * N + n;
+        const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
         pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
       }
     }
+  };
+  /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue), applied where
+   * the cells use them: the loads issued a step ahead are not waited for before the arrival */
+  auto fold_wx = [&]() {
+    if (!fold) return;
+#pragma unroll
+    for (int q = 0; q < RPT; q++)
+#pragma unroll
+      for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
   };
   load_wx(0);
   const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
@@ -242,6 +275,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
      * indexed by clamped codes), so their four dependent chains interleave and the unit's rows
      * of Ps are read once for the four; then the stores. SAVE = 0 (inference): the saved codes
      * and the mask word are dead and the compiler drops their work. */
+    fold_wx();
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     if (TG_SKIP == 3) {

@@ -872,6 +872,32 @@ describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kerne
       end },
     { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64,
       exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias outside the 32-bit bounds: the general cell for it" },
+    -- W x: with int8 W and x the grid kernel's inference forward takes cuBLASLt's plane
+    -- products and adds the zero-point terms bconst[j] + offW[j] SX[tn] itself (int_gru.cu "W x
+    -- on cuBLASLt"); its training forward and the forced shape's tc_step_kernel keep
+    -- wx_gemm_kernel (the terms in its epilogue). Asymmetric unsigned W and x make both
+    -- terms non-zero; T N and C odd (partial tiles, Kp padding), 3H = 3090 not a multiple of 8
+    -- (qwx rows padded to 3096); C % 4 == 0 takes the four-column x quantization.
+    { seed = 64, T = 3, N = 33, C = 37, H = 1030, h0 = true, lengths = true, want = lib.QG_CELL_32,
+      name = "unsigned asymmetric W and x: both zero-point terms of W x, odd T N and C",
+      cfg = function()
+        return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
+                                   ["input.x"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8wx")
+      end },
+    { seed = 65, T = 2, N = 65, C = 64, H = 1030, h0 = true, lengths = true, reverse = true, want = lib.QG_CELL_32,
+      name = "signed asymmetric W and x, C % 4 == 0: the four-column x quantization",
+      cfg = function()
+        return uniform_config(8, { ["weight.W"] = { bitwidth = 8, is_symmetric = false },
+                                   ["input.x"] = { bitwidth = 8, is_symmetric = false } }, "a8wx")
+      end },
+    -- 12-bit x (two planes): W x stays on wx_gemm_kernel (the zero-point terms in its epilogue)
+    -- under the grid kernel as well
+    { seed = 66, T = 3, N = 5, C = 8, H = 1030, h0 = true, want = lib.QG_CELL_32,
+      name = "12-bit asymmetric x: two planes, wx_gemm_kernel under the grid kernel",
+      cfg = function()
+        return uniform_config(8, { ["input.x"] = { bitwidth = 12, is_symmetric = false },
+                                   ["weight.W"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "x12")
+      end },
   }
   for _, c in ipairs(GRID) do
     it(string.format("int8, seed %d: T=%d N=%d C=%d H=%d%s%s%s%s: auto, persistent and the per-step kernel give the CPU's bytes", c.seed,
