@@ -27,3 +27,12 @@ for seed in 80 85; do
 done
 timeout 15 $CS --tool memcheck --print-limit 20 luajit -joff /tmp/deps/usr/bin/busted --run=unit -o plainTerminal -t gpu --filter "seed 86:" tests/lua/cuda_int_gru_spec.lua 2>&1 | tail -5 >> $OUT/kws_fwd2_${RUN}_sanitize.log
 echo "[all $((SECONDS-S)) s]" >> $L
+# ncu (NCU=1): per-kernel times of one auto inference forward at long-kws (clocks not locked),
+# then the two-role kernel with the full set
+if [ -n "$NCU" ]; then
+  N=/usr/local/cuda/bin/ncu; [ -x $N ] || N=ncu
+  timeout 40 $N --clock-control none --launch-count 12 --section SpeedOfLight luajit bench/int_gru_small.lua 1 long-kws auto > $OUT/ncu_all.txt 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|==PROF==|Error" $OUT/ncu_all.txt > $OUT/kws_fwd2_${RUN}_ncu_kernels.log; rm -f $OUT/ncu_all.txt
+  timeout 40 $N --set full -k regex:ws_kernel --launch-count 1 luajit bench/int_gru_small.lua 1 long-kws auto > $OUT/kws_fwd2_${RUN}_ncu_ws.log 2>&1
+  echo "[ncu $((SECONDS-S)) s]" >> $L
+fi

@@ -304,8 +304,9 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * threads, H <= 64): the first round_up(H, 32) threads (role Z) hold R's row z of their unit, the
  * others (role RG) rows r and g. A step:
  *   Z:  R h of row z (and the h row sum), qg_cell32_z (z_pre, z, old = z h), its z code and old
- *       into shared memory (xz), bar.arrive on barrier 1; then step s - 1's global stores (y, the
- *       saved state or the last state) from what RG left in xr, the W x prefetch; barrier 0.
+ *       into shared memory (xz); step s - 1's global stores (y, the saved state or the last
+ *       state) from what RG left in xr, the W x prefetch; barrier 1, then barrier 0 (Z's part
+ *       of the step is the shorter one: it waits there for RG's).
  *   RG: R h of rows r and g, qg_cell32_rg (r_pre, r, Rh_g + br_g, r Rhb, g_pre, g); bar.sync on
  *       barrier 1 (Z's values of the step), qg_cell32_h (new, h), the new h byte into the next
  *       plane, h and its codes and mask bits into xr (double-buffered by step); barrier 0.
@@ -315,9 +316,10 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * row per CTA) are written after the loop by Z. Z also copies W x (all three rows of its unit)
  * into the cp.async ring, ISK_RING - 1 steps ahead, and waits for step s + 1's copies before the
  * barrier that ends step s, so neither role waits on a copy inside its chain. The products use
- * several partial sums per row (shorter __dp4a chains). */
+ * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
+ * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
+ * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
 __device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void isk_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int KW>
 __device__ __forceinline__ void isk_load_h(const int8_t *hr, int *hw) {
@@ -487,11 +489,11 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       qg_cell32_zo zo;
       qg_cell32_z(&c32, 0, wx, (int32_t)((uint32_t)acc + rconst + roff * (uint32_t)sh), hprev, &zo);
       xz[mu] = zo.cz; xz[HW + mu] = zo.old;
-      isk_bar_arrive(1, nthr);
       if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
       issue(s + ISK_RING - 1);
       isk_cp_async_wait();   /* step s + 1's */
       zpre_p = zo.zpre; mz_p = zo.mask;
+      isk_bar_sync(1, nthr);   /* publishes xz to RG */
       isk_bar_sync(0, nthr);
     }
     if (!active) return;
