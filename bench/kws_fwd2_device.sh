@@ -36,3 +36,16 @@ if [ -n "$NCU" ]; then
   timeout 40 $N --set full -k regex:ws_kernel --launch-count 1 luajit bench/int_gru_small.lua 1 long-kws auto > $OUT/kws_fwd2_${RUN}_ncu_ws.log 2>&1
   echo "[ncu $((SECONDS-S)) s]" >> $L
 fi
+# RACE=1: racecheck with the hazards printed (first lines), two-role case 80 and the one-role
+# kernel's case 61 (same shape, storage 2) as a control; per-kernel times of the long-kws layer
+# forward after the calibration's launches
+if [ -n "$RACE" ]; then
+  for seed in 80 61; do
+    echo "== racecheck seed $seed" >> $OUT/kws_fwd2_${RUN}_race.log
+    timeout 25 $CS --tool racecheck --racecheck-report all --print-limit 4 luajit -joff /tmp/deps/usr/bin/busted --run=unit -o plainTerminal -t gpu --filter "seed $seed:" tests/lua/cuda_int_gru_spec.lua 2>&1 | grep -v "^=========     at \|^=========         \|^\s*$" | head -40 >> $OUT/kws_fwd2_${RUN}_race.log
+  done
+  N=/usr/local/cuda/bin/ncu; [ -x $N ] || N=ncu
+  timeout 40 $N --clock-control none --launch-skip 12 --launch-count 16 --section SpeedOfLight luajit bench/int_gru_small.lua 1 long-kws auto > $OUT/ncu_all.txt 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|Error" $OUT/ncu_all.txt > $OUT/kws_fwd2_${RUN}_ncu_kernels.log; rm -f $OUT/ncu_all.txt
+  echo "[race+ncu $((SECONDS-S)) s]" >> $L
+fi
