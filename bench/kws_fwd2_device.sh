@@ -42,7 +42,7 @@ fi
 if [ -n "$RACE" ]; then
   for seed in 80 61; do
     echo "== racecheck seed $seed" >> $OUT/kws_fwd2_${RUN}_race.log
-    timeout 25 $CS --tool racecheck --racecheck-report all --print-limit 4 luajit -joff /tmp/deps/usr/bin/busted --run=unit -o plainTerminal -t gpu --filter "seed $seed:" tests/lua/cuda_int_gru_spec.lua 2>&1 | grep -v "^=========     at \|^=========         \|^\s*$" | head -40 >> $OUT/kws_fwd2_${RUN}_race.log
+    timeout 25 $CS --tool racecheck --print-limit 4 luajit -joff /tmp/deps/usr/bin/busted --run=unit -o plainTerminal -t gpu --filter "seed $seed:" tests/lua/cuda_int_gru_spec.lua 2>&1 | grep -v "^=========     at \|^=========         \|^\s*$" | head -40 >> $OUT/kws_fwd2_${RUN}_race.log
   done
   N=/usr/local/cuda/bin/ncu; [ -x $N ] || N=ncu
   timeout 40 $N --clock-control none --launch-skip 12 --launch-count 16 --section SpeedOfLight luajit bench/int_gru_small.lua 1 long-kws auto > $OUT/ncu_all.txt 2>&1
