@@ -19,6 +19,8 @@
  *      prefetched ISK_RING - 1 steps ahead by cp.async into a per-thread ring; it writes y, the
  *      saved state (hq, cell_out) or the last state, hn, and its new h byte into the next buffer;
  *   4. one __syncthreads.
+ * A variant for one row per CTA and one lane per unit (int_gru_small_ws_kernel, below: chosen by
+ * auto where it applies, forced by storage 5) runs the cell over two roles of warps.
  * A unit outside the 32-bit bounds (its bias terms) makes its CTA run the general loop (the same
  * products, then qg_cell_forward on the same accumulators, as the persistent kernel) and raises
  * the layer's c32_flag; padded steps, lengths, reverse and h0 as in int_gru.cu's header.
