@@ -127,10 +127,11 @@ qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int split
   if (!auto_ && !(ok_c && ok_r && splits >= 0 && splits <= 512))
     return qg_fail(ctx, QG_ERR_ARG, __func__, "cluster %d, rows %d, splits %d: expected 0, 0, 0 (automatic) or a cluster "
                    "of 1, 2, 4, 8 or 16 blocks, 1, 2, 4 or 8 rows and 0..512 splits", cluster, rows, splits);
-  if (storage < 0 || storage > 4)
+  if (storage < 0 || storage > 5)
     return qg_fail(ctx, QG_ERR_ARG, __func__,
                    "storage %d: expected 0 (chosen), 1 (shared memory), 2 (registers), 3 (registers, the integer backward's "
-                   "cell on warps of its own) or 4 (as 3, the cell's inputs on warps of their own too)", storage);
+                   "cell on warps of its own), 4 (as 3, the cell's inputs on warps of their own too) or 5 (the integer "
+                   "forward's small-H kernel with the cell over two roles of warps)", storage);
   ctx->persist_cluster = cluster;
   ctx->persist_rows = rows;
   ctx->persist_splits = splits;

@@ -436,39 +436,64 @@ QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, c
   return 1;
 }
 
-/* Steps 2 (requantization) to 8 for unit i of one row: aw*, ar* the W x and R h accumulators of
- * its rows z, r, g (exact integers of magnitude at most 2^29 = QG_C32_BOUND, see qg_rs32),
- * hprev the previous output.h code. */
-QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t awr, int32_t awg, int32_t arz, int32_t arr,
-                             int32_t arg, int32_t hprev, qg_cell32_out *o) {
-  const int32_t *P = c->P;
-  const int64_t H = c->H;
+/* Steps 2 (requantization) to 8 for unit i of one row, in three phases that qg_cell32_forward
+ * composes (a kernel may run them on different threads: the z half does not depend on r and g):
+ *   qg_cell32_z   W x and R h of row z requantized, z_pre, z = lut(z_pre), old = z h_{t-1}
+ *   qg_cell32_rg  W x and R h of rows r and g, r_pre, r, Rh_g + br_g, r Rhb, g_pre, g
+ *   qg_cell32_h   new = (1 - z) g, h = old + new
+ * Each phase returns its own bits of the mask word (disjoint); the word is their OR. Arguments:
+ * aw*, ar* the W x and R h accumulators of the unit's rows z, r, g (exact integers of magnitude at
+ * most 2^29 = QG_C32_BOUND, see qg_rs32), hprev the previous output.h code. */
+typedef struct {
+  int32_t zpre, cz, old;   /* z_pre's code, z's centered code (q - z point), old's code */
+  uint32_t mask;
+} qg_cell32_zo;
+
+typedef struct {
+  int32_t rpre, gpre, rhb, g;   /* codes of r_pre, g_pre, Rh_g + br_g and g */
+  uint32_t mask;
+} qg_cell32_rgo;
+
 #define QG_C32P(row) P[(int64_t)(row) * H + i]
 #define QG_C32RQ(v, row) qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3))
 #define QG_C32RS(v, s) qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias)
+QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o) {
+  const int32_t *P = c->P;
+  const int64_t H = c->H;
   uint32_t m, mask;
   const int32_t wz = qg_q32_code(QG_C32RQ(awz, QG_C32_WX), c->wx, &m) - c->wx.z;
   mask = m << QG_MB_WX_Z;
-  const int32_t wr = qg_q32_code(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m) - c->wx.z;
-  mask |= m << QG_MB_WX_R;
-  const int32_t wg = qg_q32_code(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m) - c->wx.z;
-  mask |= m << QG_MB_WX_G;
   const int32_t rz = qg_q32_code(QG_C32RQ(arz, QG_C32_RH), c->rh, &m) - c->rh.z;
   mask |= m << QG_MB_RH_Z;
+  const int32_t qzpre =
+      qg_q32_code(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
+  mask |= m << QG_MB_ZPRE;
+  const int32_t iz = qzpre - c->zp.qmin;
+  const int32_t qz = c->lut[0][iz];
+  mask |= (uint32_t)c->lut[0][c->lut_n[0] + iz] << QG_MB_ZOUT;
+  const int32_t cz = qz - c->zo.z;
+  o->old = qg_q32_code(QG_C32RS(cz * (hprev - c->h.z), c->s_old), c->old, &m);
+  mask |= m << QG_MB_OLD;
+  o->zpre = qzpre; o->cz = cz;
+  o->mask = mask;
+}
+
+QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg, int32_t arr, int32_t arg, qg_cell32_rgo *o) {
+  const int32_t *P = c->P;
+  const int64_t H = c->H;
+  uint32_t m, mask;
+  const int32_t wr = qg_q32_code(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m) - c->wx.z;
+  mask = m << QG_MB_WX_R;
+  const int32_t wg = qg_q32_code(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m) - c->wx.z;
+  mask |= m << QG_MB_WX_G;
   const int32_t rr = qg_q32_code(QG_C32RQ(arr, QG_C32_RH + 4), c->rh, &m) - c->rh.z;
   mask |= m << QG_MB_RH_R;
   const int32_t rg = qg_q32_code(QG_C32RQ(arg, QG_C32_RH + 8), c->rh, &m) - c->rh.z;
   mask |= m << QG_MB_RH_G;
-  /* z, r */
-  const int32_t qzpre =
-      qg_q32_code(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
-  mask |= m << QG_MB_ZPRE;
   const int32_t qrpre =
       qg_q32_code(QG_C32RQ(wr * QG_C32P(QG_C32_R) + rr * QG_C32P(QG_C32_R + 1) + QG_C32P(QG_C32_R + 2), QG_C32_R + 3), c->rp, &m);
   mask |= m << QG_MB_RPRE;
-  const int32_t iz = qzpre - c->zp.qmin, ir = qrpre - c->rp.qmin;
-  const int32_t qz = c->lut[0][iz];
-  mask |= (uint32_t)c->lut[0][c->lut_n[0] + iz] << QG_MB_ZOUT;
+  const int32_t ir = qrpre - c->rp.qmin;
   const int32_t qr = c->lut[1][ir];
   mask |= (uint32_t)c->lut[1][c->lut_n[1] + ir] << QG_MB_ROUT;
   /* Rh_g + br_g, r * Rhb, g */
@@ -480,21 +505,36 @@ QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t
       QG_C32RQ(wg * QG_C32P(QG_C32_G) + (qrrh - c->rrh.z) * QG_C32P(QG_C32_G + 1) + QG_C32P(QG_C32_G + 2), QG_C32_G + 3), c->gp, &m);
   mask |= m << QG_MB_GPRE;
   const int32_t ig = qgpre - c->gp.qmin;
-  const int32_t qg = c->lut[2][ig];
+  o->g = c->lut[2][ig];
   mask |= (uint32_t)c->lut[2][c->lut_n[2] + ig] << QG_MB_GOUT;
-  /* old, new, h */
-  const int32_t cz = qz - c->zo.z;
-  const int32_t qold = qg_q32_code(QG_C32RS(cz * (hprev - c->h.z), c->s_old), c->old, &m);
-  mask |= m << QG_MB_OLD;
-  const int32_t qnew = qg_q32_code(QG_C32RS((c->one_z - cz) * (qg - c->go.z), c->s_new), c->nw, &m);
-  mask |= m << QG_MB_NEW;
-  o->h = qg_q32_code(QG_C32RS((qold - c->old.z) * c->m_old + (qnew - c->nw.z) * c->m_new, c->s_h), c->h, &m);
-  mask |= m << QG_MB_H;
-  o->zpre = qzpre; o->rpre = qrpre; o->gpre = qgpre; o->rhb = qrhb;
+  o->rpre = qrpre; o->gpre = qgpre; o->rhb = qrhb;
   o->mask = mask;
+}
+
+/* The h code from z's centered code cz, old's code and g's code; *mask gets the bits of new and h. */
+QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t qold, int32_t qg, uint32_t *mask) {
+  uint32_t m;
+  const int32_t qnew = qg_q32_code(QG_C32RS((c->one_z - cz) * (qg - c->go.z), c->s_new), c->nw, &m);
+  *mask = m << QG_MB_NEW;
+  const int32_t h = qg_q32_code(QG_C32RS((qold - c->old.z) * c->m_old + (qnew - c->nw.z) * c->m_new, c->s_h), c->h, &m);
+  *mask |= m << QG_MB_H;
+  return h;
+}
 #undef QG_C32P
 #undef QG_C32RQ
 #undef QG_C32RS
+
+/* The whole cell: the three phases on one thread. */
+QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t awr, int32_t awg, int32_t arz, int32_t arr,
+                             int32_t arg, int32_t hprev, qg_cell32_out *o) {
+  qg_cell32_zo z;
+  qg_cell32_rgo r;
+  uint32_t mh;
+  qg_cell32_z(c, i, awz, arz, hprev, &z);
+  qg_cell32_rg(c, i, awr, awg, arr, arg, &r);
+  o->h = qg_cell32_h(c, z.cz, z.old, r.g, &mh);
+  o->zpre = z.zpre; o->rpre = r.rpre; o->gpre = r.gpre; o->rhb = r.rhb;
+  o->mask = z.mask | r.mask | mh;
 }
 
 /* Saved state of one unit: the four codes (as uint16 offsets from qmin when narrow, else int32)

@@ -104,11 +104,14 @@ int qg_ctx_kernel_path(const qg_ctx *ctx);
  * and tiles of 8 x `rows` batch rows (splits does not apply); with storage 2, the small-H kernel
  * (all of R in the registers of one CTA: cluster must be 1; `rows` batch rows per CTA, `splits`
  * lanes per hidden unit, 0 chosen; it runs the 32-bit cell with R and output.h of at most 8 bits,
- * H <= 128, 64 with 8 rows). Under the automatic shape (0, 0, 0) it takes the small-H kernel
- * wherever that holds the layer in one wave of CTAs, else the cluster kernel. Its STE backward
+ * H <= 128, 64 with 8 rows); with storage 5, the small-H kernel with the cell over two roles of
+ * warps (the z half on one, the r -> g chain and h on the other; 1 row, 1 lane per unit, H <= 64).
+ * Under the automatic shape (0, 0, 0) it takes the small-H kernel (the two-role variant where
+ * that holds one row and one lane per unit) wherever that holds the layer in one wave of CTAs,
+ * else the cluster kernel. Its STE backward
  * takes cluster, rows, splits and storage (R~ in shared memory: 1, in registers: 2, in registers
  * with the cell on warps of its own, one row per block: 3; as 3 with the cell's inputs prepared on
- * warps of their own: 4). A call that cannot run the forced
+ * warps of their own: 4; 5 is taken as 2). A call that cannot run the forced
  * shape takes the fallback recurrence under QG_PATH_AUTO and fails with QG_ERR_UNSUPPORTED under
  * QG_PATH_PERSISTENT. */
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage);

@@ -1551,13 +1551,15 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   const pk_kernel pkern = pk_kernel_of(wide, obs, a32);
   /* the small-H kernel (int_gru_small.cu: all of R in one CTA, no cluster): the 32-bit mode with
    * single-plane R and h; under auto wherever it holds the layer, forced by a persist shape of
-   * storage 2 (qgru.h), which then runs nothing else */
+   * storage 2 or 5 (the cell over two roles of warps; qgru.h), which then runs nothing else */
   isk_plan sp;
   memset(&sp, 0, sizeof sp);
   int small = 0;
-  const int force_small = ctx->persist_cluster > 0 && ctx->persist_storage == 2;
+  const int force_small = ctx->persist_cluster > 0 && (ctx->persist_storage == 2 || ctx->persist_storage == 5);
+  const int two_roles = force_small ? (ctx->persist_storage == 5 ? 1 : 0) : 2;   /* storage 5: the two-role variant */
   if (path != QG_PATH_FALLBACK && TN > 0 && a32 && rpl.n == 1 && hpl.n == 1 && (ctx->persist_cluster == 0 || (force_small && ctx->persist_cluster == 1)))
-    QG_CHECK(isk_choose(ctx, fn, T, N, H, y->dims[2], force_small ? ctx->persist_rows : 0, force_small ? ctx->persist_splits : 0, lut_bytes, &sp, &small));
+    QG_CHECK(isk_choose(ctx, fn, T, N, H, y->dims[2], force_small ? ctx->persist_rows : 0, force_small ? ctx->persist_splits : 0, two_roles, lut_bytes, &sp,
+                        &small));
   if (path != QG_PATH_FALLBACK && TN > 0) {
     char why[160];
     why[0] = 0;

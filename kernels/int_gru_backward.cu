@@ -717,7 +717,7 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
    * Unforced, the register variant is a candidate without clusters only: its three dq values per
    * unit go into every peer's shared memory, which made the float register backward slower than
    * the shared-memory one in clusters (bench/gpu.md, run 4's sweep). */
-  const int storage = ctx->persist_storage;
+  const int storage = ctx->persist_storage == 5 ? 2 : ctx->persist_storage;   /* 5 (a forward variant): registers */
   for (int ki = 0; ki < 5; ki++) {
     const int K = Ks[ki];
     if (K > H) break;

@@ -19,6 +19,8 @@
  *      prefetched ISK_RING - 1 steps ahead by cp.async into a per-thread ring; it writes y, the
  *      saved state (hq, cell_out) or the last state, hn, and its new h byte into the next buffer;
  *   4. one __syncthreads.
+ * A variant for one row per CTA and one lane per unit (int_gru_small_ws_kernel, below: chosen by
+ * auto where it applies, forced by storage 5) runs the cell over two roles of warps.
  * A unit outside the 32-bit bounds (its bias terms) makes its CTA run the general loop (the same
  * products, then qg_cell_forward on the same accumulators, as the persistent kernel) and raises
  * the layer's c32_flag; padded steps, lengths, reverse and h0 as in int_gru.cu's header.
@@ -299,6 +301,255 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
   }
 }
 
+/* ---- the cell over two roles of warps (storage 5; auto where it fits) ----------------------
+ * One batch row per CTA, one thread per hidden unit in each of two roles (2 round_up(H, 32)
+ * threads, H <= 64): the first round_up(H, 32) threads (role Z) hold R's row z of their unit, the
+ * others (role RG) rows r and g. A step:
+ *   Z:  R h of row z (and the h row sum), qg_cell32_z (z_pre, z, old = z h), its z code and old
+ *       into shared memory (xz); step s - 1's global stores (y, the saved state or the last
+ *       state) from what RG left in xr, the W x prefetch; barrier 1, then barrier 0 (Z's part
+ *       of the step is the shorter one: it waits there for RG's).
+ *   RG: R h of rows r and g, qg_cell32_rg (r_pre, r, Rh_g + br_g, r Rhb, g_pre, g); bar.sync on
+ *       barrier 1 (Z's values of the step), qg_cell32_h (new, h), the new h byte into the next
+ *       plane, h and its codes and mask bits into xr (double-buffered by step); barrier 0.
+ * The two halves of the cell (and the products: 16 vs 32 __dp4a chains at H 64) run on different
+ * warps, so the step's critical path is RG's chain plus the combination, with one warp per
+ * scheduler on four schedulers instead of two. Steps past the row's length (all at the end, one
+ * row per CTA) are written after the loop by Z. Z also copies W x (all three rows of its unit)
+ * into the cp.async ring, ISK_RING - 1 steps ahead, and waits for step s + 1's copies before the
+ * barrier that ends step s, so neither role waits on a copy inside its chain. The products use
+ * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
+ * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
+ * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
+__device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+template <int KW>
+__device__ __forceinline__ void isk_load_h(const int8_t *hr, int *hw) {
+  if (KW >= 4) {
+#pragma unroll
+    for (int w = 0; w < KW; w += 4) {
+      const int4 v = *(const int4 *)(hr + 4 * w);
+      hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
+    }
+  } else {
+    const int2 v = *(const int2 *)hr;
+    hw[0] = v.x; hw[KW - 1] = v.y;
+  }
+}
+
+/* NR rows of R (KW words each) against the h words: NP partial sums per row (shorter dependent
+ * __dp4a chains; the sum is the same integer), and with SH the h row's byte sum. */
+template <int KW, int NR, int NP, bool SH>
+__device__ __forceinline__ void isk_dots(const uint32_t (*R)[KW], const int *hw, int32_t *acc, int32_t *sh) {
+  int32_t pa[NR][NP], ps[NP];
+#pragma unroll
+  for (int j = 0; j < NP; j++) {
+    ps[j] = 0;
+#pragma unroll
+    for (int r = 0; r < NR; r++) pa[r][j] = 0;
+  }
+#pragma unroll
+  for (int w = 0; w < KW; w++) {
+#pragma unroll
+    for (int r = 0; r < NR; r++) pa[r][w % NP] = __dp4a((int)R[r][w], hw[w], pa[r][w % NP]);
+    if (SH) ps[w % NP] = __dp4a(hw[w], 0x01010101, ps[w % NP]);
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    acc[r] = pa[r][0];
+#pragma unroll
+    for (int j = 1; j < NP; j++) acc[r] += pa[r][j];
+  }
+  *sh = 0;
+  if (SH) {
+    *sh = ps[0];
+#pragma unroll
+    for (int j = 1; j < NP; j++) *sh += ps[j];
+  }
+}
+
+template <int KW>
+__global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(const __grid_constant__ isk_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t H = p.H, N = p.N, T = p.T;
+  const int Hp = 4 * KW;   /* bytes of an h row (= Kp) */
+  const int tid = threadIdx.x, nthr = blockDim.x, HW = nthr / 2;
+  const int rg = tid >= HW, mu = rg ? tid - HW : tid;
+  const int64_t n = blockIdx.x;
+  int8_t *hb = (int8_t *)smem;                          /* [2][Hp] */
+  int32_t *ring = (int32_t *)(smem + p.off_ring);       /* [ISK_RING][H][3] W x accumulators */
+  int32_t *Ps = (int32_t *)(smem + p.off_P);            /* [QG_C32_ROWS][H] */
+  int32_t *xz = (int32_t *)(smem + p.off_x);            /* [2][HW]: z's centered code, old's code */
+  int32_t *xr = xz + 2 * HW;                            /* [2 steps][5][HW]: h, r_pre, g_pre, Rh_g + br_g, mask bits */
+
+  for (int e = tid; e < 2 * Hp / 16; e += nthr) ((int4 *)hb)[e] = make_int4(0, 0, 0, 0);
+  qg_cell_q q = p.cell;
+  if (p.lut_smem) {
+    int32_t *lut = (int32_t *)(smem + p.off_lut);
+    int64_t o = 0;
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      const int64_t m = 2 * q.lut_n[k];
+      for (int64_t e = tid; e < m; e += nthr) lut[o + e] = p.cell.lut[k][e];
+      q.lut[k] = lut + o;
+      o += m;
+    }
+  }
+  __syncthreads();
+  const int32_t *hq0 = isk_h_at(p, 0);
+  for (int64_t e = tid; e < H; e += nthr)
+    if (n < N) hb[e] = (int8_t)(hq0[n * H + e] - p.baseH);
+  const int64_t i = mu;
+  const bool active = mu < H && n < N;
+  const qg_qp QH = q.a[QG_Q_OUTPUT_H];
+  int use32 = 1;
+  if (!rg && mu < H) {
+    int ew[3], er[3], ebx[3], ebr[3];
+    int64_t bx[3], br[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      const int64_t j = k * H + i;
+      ew[k] = p.eW[j]; er[k] = p.eR[j];
+      ebx[k] = p.bxe[j]; ebr[k] = p.bre[j];
+      bx[k] = (int64_t)p.bxc[j] - p.bxz[j];
+      br[k] = (int64_t)p.brc[j] - p.brz[j];
+    }
+    use32 = qg_cell32_unit(Ps, H, i, &q, ew, er, bx, ebx, br, ebr);
+    if (!use32) *p.c32_flag = 1;
+  }
+  use32 = __syncthreads_and(use32);   /* also publishes h0's plane and Ps */
+  if (!use32) {
+    isk_general_loop(p, 1, hb, q.lut[0], q.lut[1], q.lut[2]);
+    return;
+  }
+  int32_t P[QG_C32_ROWS];   /* the rows a role does not use are dead loads */
+#pragma unroll
+  for (int r = 0; r < QG_C32_ROWS; r++) P[r] = active ? Ps[r * H + i] : 0;
+  qg_cell32 c32 = p.c32;
+  c32.P = P;
+  c32.H = 1;
+#pragma unroll
+  for (int k = 0; k < 3; k++) c32.lut[k] = q.lut[k];
+
+  /* offsets in the loop are 32-bit (isk_choose checks that T N max(3H, 12 H, Hy) < 2^31) */
+  const int Hi = (int)H, Ni = (int)N, Ti = (int)T, Li = n < N ? (int)length_at(p.L, n, T) : 0;   /* Li: the same in the CTA */
+  const int wx_row = Ni * 3 * Hi, y_row = Ni * (int)p.Hy, h_row = Ni * Hi;
+  const int32_t *wxb = p.qwx + (active ? (int)n * 3 * Hi + mu : 0);
+  const uint32_t need_sh = p.need_sh;
+  /* Z copies the three W x accumulators of its unit for step s into the ring; it waits for step
+   * s + 1's copies before the barrier that ends step s, so both roles read them in step s + 1 */
+  auto issue = [&](int s) {
+    if (active && s < Li) {
+      const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
+      int32_t *d = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
+      isk_cp_async4(d, w); isk_cp_async4(d + 1, w + Hi); isk_cp_async4(d + 2, w + 2 * Hi);
+    }
+    isk_cp_async_commit();
+  };
+  if (!rg) {
+    for (int s = 0; s < ISK_RING - 1; s++) issue(s);
+    isk_cp_async_wait();   /* step 0's */
+  }
+  __syncthreads();
+
+  if (!rg) {
+    uint32_t Rz[1][KW];
+#pragma unroll
+    for (int w = 0; w < KW; w++) Rz[0][w] = mu < H ? ((const uint32_t *)(p.Rp + i * p.Kp))[w] : 0u;
+    const uint32_t rconst = active ? (uint32_t)p.rconst[i] : 0u, roff = active ? (uint32_t)p.roff[i] : 0u;
+    float *yb = p.y + (active ? (int)n * (int)p.Hy + p.y_offset + mu : 0);
+    const int hoff = active ? (int)n * Hi + mu : 0;
+    const double yscale = ldexp(1.0, -QH.e);
+    /* step s's outputs: y (at t), the saved state, h after the step */
+    auto store = [&](int s, int32_t h, int32_t zpre, int32_t rpre, int32_t gpre, int32_t rhb, uint32_t mask) {
+      yb[(p.reverse ? Li - 1 - s : s) * y_row] = (float)((double)(h - QH.z) * yscale);
+      const int cell = s * h_row + hoff;
+      if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
+        uint32_t cw[3];
+        qg_cell_narrow_words(&q, zpre, rpre, gpre, rhb, mask, cw);
+        uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+        dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
+      }
+      if (p.hq) p.hq[cell + h_row] = h;
+    };
+    int32_t hprev = active ? hq0[n * H + i] : 0, zpre_p = 0;
+    uint32_t mz_p = 0;
+    for (int s = 0; s < Li; s++) {
+      int hw[KW];
+      isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+      int32_t acc, sh;
+      if (need_sh) isk_dots<KW, 1, 4, true>(Rz, hw, &acc, &sh);
+      else isk_dots<KW, 1, 4, false>(Rz, hw, &acc, &sh);
+      int32_t xh = 0, xrp = 0, xgp = 0, xrb = 0;
+      uint32_t xm = 0;
+      if (s > 0) {   /* what RG left of step s - 1 */
+        const int32_t *x = xr + ((s - 1) & 1) * 5 * HW + mu;
+        xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
+        hprev = xh;
+      }
+      const int32_t wx = ring[((s & (ISK_RING - 1)) * Hi + mu) * 3];
+      qg_cell32_zo zo;
+      qg_cell32_z(&c32, 0, wx, (int32_t)((uint32_t)acc + rconst + roff * (uint32_t)sh), hprev, &zo);
+      xz[mu] = zo.cz; xz[HW + mu] = zo.old;
+      if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
+      issue(s + ISK_RING - 1);
+      isk_cp_async_wait();   /* step s + 1's */
+      zpre_p = zo.zpre; mz_p = zo.mask;
+      isk_bar_sync(1, nthr);   /* publishes xz to RG */
+      isk_bar_sync(0, nthr);
+    }
+    if (!active) return;
+    if (Li > 0) {
+      const int32_t *x = xr + ((Li - 1) & 1) * 5 * HW + mu;
+      hprev = x[0];
+      store(Li - 1, x[0], zpre_p, x[HW], x[2 * HW], x[3 * HW], (uint32_t)x[4 * HW] | mz_p);
+    }
+    for (int s = Li; s < Ti; s++) {   /* padded steps (t = s): the state stays, y = 0 */
+      const int cell = s * h_row + hoff;
+      if (p.cell_out) {
+        uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+        z[0] = 0; z[1] = 0; z[2] = 0;
+      }
+      yb[s * y_row] = 0.0f;
+      if (p.hq) p.hq[cell + h_row] = hprev;
+    }
+    if (!p.hq) isk_h_at(p, T)[hoff] = hprev;
+    if (p.hn) p.hn[hoff] = (float)qg_deq(hprev, QH);
+  } else {
+    uint32_t Rr[2][KW];
+#pragma unroll
+    for (int g = 0; g < 2; g++)
+#pragma unroll
+      for (int w = 0; w < KW; w++) Rr[g][w] = mu < H ? ((const uint32_t *)(p.Rp + ((int64_t)(g + 1) * H + i) * p.Kp))[w] : 0u;
+    uint32_t rconst[2] = {0, 0}, roff[2] = {0, 0};
+    if (active)
+      for (int g = 0; g < 2; g++) {
+        rconst[g] = (uint32_t)p.rconst[(g + 1) * H + i];
+        roff[g] = (uint32_t)p.roff[(g + 1) * H + i];
+      }
+    const int32_t baseH = (int32_t)p.baseH;
+    for (int s = 0; s < Li; s++) {
+      int hw[KW];
+      isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+      int32_t acc[2], sh;
+      if (need_sh) isk_dots<KW, 2, 2, true>(Rr, hw, acc, &sh);
+      else isk_dots<KW, 2, 2, false>(Rr, hw, acc, &sh);
+      const int32_t *wr = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
+      qg_cell32_rgo ro;
+      qg_cell32_rg(&c32, 0, wr[1], wr[2], (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
+                   (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro);
+      int32_t *x = xr + (s & 1) * 5 * HW + mu;
+      x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
+      isk_bar_sync(1, nthr);   /* Z's z and old of this step */
+      uint32_t mh;
+      const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
+      if (active) hb[((s + 1) & 1) * Hp + mu] = (int8_t)(h - baseH);
+      x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);
+      isk_bar_sync(0, nthr);
+    }
+  }
+}
+
 typedef void (*isk_kernel)(isk_params);
 
 /* The instances: KW up to 16 with 1 or 2 rows, 4 with 4 rows (S >= 4, S H <= 256: H <= 64), 2
@@ -316,6 +567,17 @@ static isk_kernel isk_kernel_of(int NB, int KW) {
     case 402: return int_gru_small_kernel<4, 2>;
     case 404: return int_gru_small_kernel<4, 4>;
     case 802: return int_gru_small_kernel<8, 2>;
+    default: return NULL;
+  }
+}
+
+/* The two-role instances (one row per CTA, one lane per unit): KW words per row, H <= 4 KW. */
+static isk_kernel isk_ws_kernel_of(int KW) {
+  switch (KW) {
+    case 2: return int_gru_small_ws_kernel<2>;
+    case 4: return int_gru_small_ws_kernel<4>;
+    case 8: return int_gru_small_ws_kernel<8>;
+    case 16: return int_gru_small_ws_kernel<16>;
     default: return NULL;
   }
 }
@@ -339,8 +601,8 @@ static int isk_lanes(int64_t H, int NB, int forced_S, int *S_out, int *KW_out) {
   return 0;
 }
 
-qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int64_t lut_bytes,
-                     isk_plan *out, int *found) {
+qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int ws,
+                     int64_t lut_bytes, isk_plan *out, int *found) {
   *found = 0;
   int dev, sms, smem_max;
   QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
@@ -359,17 +621,21 @@ qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t 
     memset(&c, 0, sizeof c);
     c.NB = NB;
     if (!isk_lanes(H, NB, forced_splits, &c.S, &c.KW)) continue;
+    /* the two roles: one row, one lane per unit (ws 1: forced, 2: wherever it holds the layer) */
+    c.ws = ws > 0 && NB == 1 && c.S == 1 && isk_ws_kernel_of(c.KW) && 2 * round_up(H, 32) <= ISK_MAX_THREADS;
+    if (ws == 1 && !c.ws) continue;
     c.Kp = 4LL * c.S * c.KW;
-    c.threads = (int)round_up((int64_t)c.S * H, 32);
+    c.threads = (int)round_up((int64_t)c.S * H, 32) * (c.ws ? 2 : 1);
     c.blocks = (N + NB - 1) / NB;
     int64_t o = 2LL * NB * c.Kp;
     c.off_ring = round_up(o, 16); o = c.off_ring + (int64_t)ISK_RING * NB * H * 3 * 4;
     c.off_P = round_up(o, 16); o = c.off_P + (int64_t)QG_C32_ROWS * H * 4;
+    c.off_x = round_up(o, 16); o = c.off_x + (c.ws ? 12LL * (c.threads / 2) * 4 : 0);
     c.off_lut = round_up(o, 16);
     c.lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c.off_lut + lut_bytes <= smem_max;
     c.smem = c.lut_smem ? c.off_lut + lut_bytes : c.off_lut;
     if (c.smem > smem_max) continue;
-    const isk_kernel k = isk_kernel_of(c.NB, c.KW);
+    const isk_kernel k = c.ws ? isk_ws_kernel_of(c.KW) : isk_kernel_of(c.NB, c.KW);
     QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
     int per_sm = 0;
     QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, c.threads, (size_t)c.smem));
@@ -385,9 +651,9 @@ qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t 
 qg_status isk_launch(qg_ctx *ctx, const char *fn, const isk_plan *pl, isk_params *p) {
   p->Kp = pl->Kp;
   p->S = pl->S;
-  p->off_ring = pl->off_ring; p->off_P = pl->off_P; p->off_lut = pl->off_lut;
+  p->off_ring = pl->off_ring; p->off_P = pl->off_P; p->off_x = pl->off_x; p->off_lut = pl->off_lut;
   p->lut_smem = pl->lut_smem;
-  const isk_kernel k = isk_kernel_of(pl->NB, pl->KW);
+  const isk_kernel k = pl->ws ? isk_ws_kernel_of(pl->KW) : isk_kernel_of(pl->NB, pl->KW);
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem));
   k<<<(unsigned)pl->blocks, (unsigned)pl->threads, (size_t)pl->smem, qg_cuda_stream(ctx)>>>(*p);
   return qg_cuda_launched(ctx, fn);

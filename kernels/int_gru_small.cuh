@@ -19,7 +19,8 @@ enum { ISK_MAX_THREADS = 256, ISK_MAX_KW = 16, ISK_RING = 4 };
  * 4 S KW >= H (Kp = 4 S KW: R's plane and the h rows are padded with zeros to Kp bytes). */
 struct isk_plan {
   int NB, S, KW, threads, lut_smem;
-  int64_t Kp, blocks, off_ring, off_P, off_lut, smem;
+  int ws;                         /* the cell over two roles of warps (int_gru_small_ws_kernel) */
+  int64_t Kp, blocks, off_ring, off_P, off_x, off_lut, smem;
 };
 
 struct isk_params {
@@ -46,15 +47,16 @@ struct isk_params {
   int32_t *hq;                    /* saved output.h codes [T+1, N, H] (h0 at 0), or NULL */
   int32_t *hping;                 /* without saved state: two [N, H] buffers, h0 in the first */
   int32_t *c32_flag;              /* set when a unit runs the general cell (zeroed before) */
-  int64_t off_ring, off_P, off_lut;
+  int64_t off_ring, off_P, off_x, off_lut;   /* off_x: the two roles' exchange */
   int lut_smem;
 };
 
 /* The shape for T steps of N rows of H units, y rows of Hy columns (forced_rows, forced_splits > 0: qg_ctx_set_persist_shape's
- * rows and splits); *found = 0 when the kernel cannot hold the layer. lut_bytes: the activation
- * tables (0: not all tables exist). */
-qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int64_t lut_bytes,
-                     isk_plan *out, int *found);
+ * rows and splits); ws: the cell over two roles of warps never (0), only (1: storage 5) or
+ * wherever it holds the layer (2: auto); *found = 0 when the kernel cannot hold the layer.
+ * lut_bytes: the activation tables (0: not all tables exist). */
+qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t H, int64_t Hy, int forced_rows, int forced_splits, int ws,
+                     int64_t lut_bytes, isk_plan *out, int *found);
 /* Launches the recurrence of plan pl on the context's stream (p: everything but the layout, which
  * is taken from pl). */
 qg_status isk_launch(qg_ctx *ctx, const char *fn, const isk_plan *pl, isk_params *p);

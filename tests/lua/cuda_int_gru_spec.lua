@@ -753,10 +753,22 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
     { seed = 68, T = 5, N = 3, C = 3, H = 1, lengths = true, reverse = true, rows = 4, cfg = u8rh, cname = "u8rh" },
     { seed = 69, T = 4, N = 17, C = 5, H = 128, rows = 1, splits = 2, cfg = r4h6, cname = "r4h6" },
     { seed = 70, T = 5, N = 17, C = 11, H = 64, h0 = true, lengths = true, rows = 4, splits = 4 },
+    -- ws: the cell over two roles of warps (storage 5: one row per CTA, one lane per unit, H <= 64);
+    -- odd H (the last warp of each role partly idle), T below the W x ring's depth, every KW
+    { seed = 80, T = 6, N = 3, C = 5, H = 7, h0 = true, lengths = true, reverse = true, rows = 1, ws = true },
+    { seed = 81, T = 6, N = 3, C = 5, H = 7, h0 = true, reverse = true, rows = 1, ws = true, qref = true },
+    { seed = 82, T = 5, N = 17, C = 9, H = 64, lengths = true, rows = 1, ws = true },
+    { seed = 83, T = 4, N = 17, C = 3, H = 64, h0 = true, reverse = true, rows = 1, ws = true, cfg = u8rh, cname = "u8rh" },
+    { seed = 84, T = 7, N = 1, C = 1, H = 1, h0 = true, rows = 1, ws = true, qref = true },
+    { seed = 85, T = 6, N = 17, C = 5, H = 45, lengths = true, rows = 1, ws = true, cfg = r4h6, cname = "r4h6" },
+    { seed = 86, T = 5, N = 3, C = 3, H = 33, lengths = true, reverse = true, rows = 1, splits = 1, ws = true, cfg = u8rh, cname = "u8rh" },
+    { seed = 87, T = 1, N = 3, C = 5, H = 16, h0 = true, rows = 1, ws = true, qref = true },
+    { seed = 88, T = 2, N = 17, C = 4, H = 8, lengths = true, reverse = true, rows = 1, ws = true, cfg = u8rh, cname = "u8rh" },
+    { seed = 89, T = 9, N = 3, C = 40, H = 64, h0 = true, reverse = true, rows = 1, ws = true, qref = true },
   }
   local gpu_ctx = clib.context("cuda")
   local function forced(c, fn)
-    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, c.rows, c.splits or 0, 2))
+    check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, c.rows, c.splits or 0, c.ws and 5 or 2))
     local ok, err = pcall(fn)
     check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 0, 0, 0, 0))
     if not ok then error(err, 0) end
@@ -802,9 +814,10 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
   end
 
   for _, c in ipairs(SMALL) do
-    it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s, %d rows per CTA%s%s: every byte equals the CPU's", c.seed, c.T, c.N, c.C, c.H,
+    it(string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s, %d rows per CTA%s%s%s: every byte equals the CPU's", c.seed, c.T, c.N, c.C, c.H,
                      c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or "", c.rows,
-                     c.splits and string.format(", %d lanes per unit", c.splits) or "", " (" .. (c.cname or "int8") .. ")"),
+                     c.splits and string.format(", %d lanes per unit", c.splits) or "", c.ws and ", the cell over two roles of warps" or "",
+                     " (" .. (c.cname or "int8") .. ")"),
        function()
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
       compare(c, lq, w, nil, lib.QG_CELL_32)
@@ -814,19 +827,23 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
   it("a unit's bias outside the 32-bit bounds: its CTA runs the general loop (device flag, cell path 64), same bytes", function()
     -- weight.bw channel 4 at exponent 31, as in the persistent kernel's test above
     for _, c in ipairs({ { seed = 71, T = 5, N = 17, C = 5, H = 64, h0 = true, lengths = true, reverse = true, rows = 2 },
-                         { seed = 72, T = 4, N = 3, C = 7, H = 7, lengths = true, rows = 1, cfg = u8rh } }) do
+                         { seed = 72, T = 4, N = 3, C = 7, H = 7, lengths = true, rows = 1, cfg = u8rh },
+                         { seed = 79, T = 5, N = 3, C = 7, H = 45, h0 = true, lengths = true, reverse = true, rows = 1, ws = true } }) do
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
       compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
     end
   end)
 
-  it("a forced small-H shape it cannot run (12-bit h: two planes; H = 300; 16 lanes for 2 rows of H = 64) is a clear error "
+  it("a forced small-H shape it cannot run (12-bit h: two planes; H = 300; 16 lanes for 2 rows of H = 64; two roles at H = 100 "
+     .. "or 2 rows) is a clear error "
      .. "under the persistent path; auto takes the per-step recurrence and matches the CPU", function()
     local cases = {
       { c = { seed = 73, T = 4, N = 3, C = 5, H = 7, h0 = true, rows = 1 },
         cfg = uniform_config(8, { ["output.h"] = { bitwidth = 12, is_symmetric = false } }, "h12") },
       { c = { seed = 74, T = 3, N = 3, C = 5, H = 300, rows = 1 } },
       { c = { seed = 75, T = 3, N = 3, C = 5, H = 64, rows = 2, splits = 16 } },
+      { c = { seed = 76, T = 3, N = 3, C = 5, H = 100, rows = 1, ws = true } },   -- two roles: H <= 64 only
+      { c = { seed = 77, T = 3, N = 3, C = 5, H = 16, rows = 2, ws = true } },    -- two roles: one row per CTA only
     }
     for _, k in ipairs(cases) do
       local c = k.c
