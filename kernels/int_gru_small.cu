@@ -315,9 +315,9 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * The two halves of the cell (and the products: 16 vs 32 __dp4a chains at H 64) run on different
  * warps, so the step's critical path is RG's chain plus the combination, with one warp per
  * scheduler on four schedulers instead of two. Steps past the row's length (all at the end, one
- * row per CTA) are written after the loop by Z. Z also copies W x (all three rows of its unit)
- * into the cp.async ring, ISK_RING - 1 steps ahead, and waits for step s + 1's copies before the
- * barrier that ends step s, so neither role waits on a copy inside its chain. The products use
+ * row per CTA) are written after the loop by Z. Each role copies the W x rows it uses into the
+ * cp.async ring, ISK_RING - 1 steps ahead, and waits for step s + 1's copies within step s, so
+ * neither role waits on a copy inside its chain (a wait for copies issued two steps earlier). The products use
  * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
@@ -436,20 +436,27 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const int wx_row = Ni * 3 * Hi, y_row = Ni * (int)p.Hy, h_row = Ni * Hi;
   const int32_t *wxb = p.qwx + (active ? (int)n * 3 * Hi + mu : 0);
   const uint32_t need_sh = p.need_sh;
-  /* Z copies the three W x accumulators of its unit for step s into the ring; it waits for step
-   * s + 1's copies before the barrier that ends step s, so both roles read them in step s + 1 */
+  /* Each role copies the W x accumulators of the rows it uses for step s into the ring (Z row z,
+   * RG rows r and g of its unit) and waits for step s + 1's copies within step s, so every thread
+   * reads only what its own cp.async wrote: no other thread depends on an asynchronous copy's
+   * completion (a first version had Z copy all three rows for RG behind the step's barriers:
+   * correct by the barrier order, but compute-sanitizer's racecheck reported each RG read of Z's
+   * copies as a hazard, and the pattern where only the issuing thread reads is the one it
+   * accepts in the other kernels). */
   auto issue = [&](int s) {
     if (active && s < Li) {
       const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
       int32_t *d = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
-      isk_cp_async4(d, w); isk_cp_async4(d + 1, w + Hi); isk_cp_async4(d + 2, w + 2 * Hi);
+      if (!rg) isk_cp_async4(d, w);
+      else {
+        isk_cp_async4(d + 1, w + Hi);
+        isk_cp_async4(d + 2, w + 2 * Hi);
+      }
     }
     isk_cp_async_commit();
   };
-  if (!rg) {
-    for (int s = 0; s < ISK_RING - 1; s++) issue(s);
-    isk_cp_async_wait();   /* step 0's */
-  }
+  for (int s = 0; s < ISK_RING - 1; s++) issue(s);
+  isk_cp_async_wait();   /* step 0's */
   __syncthreads();
 
   if (!rg) {
@@ -540,6 +547,8 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
                    (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro);
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
+      issue(s + ISK_RING - 1);
+      isk_cp_async_wait();   /* step s + 1's */
       isk_bar_sync(1, nthr);   /* Z's z and old of this step */
       uint32_t mh;
       const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
