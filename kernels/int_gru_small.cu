@@ -316,8 +316,8 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * warps, so the step's critical path is RG's chain plus the combination, with one warp per
  * scheduler on four schedulers instead of two. Steps past the row's length (all at the end, one
  * row per CTA) are written after the loop by Z. Each role copies the W x rows it uses into the
- * cp.async ring, ISK_RING - 1 steps ahead, and waits for step s + 1's copies within step s, so
- * neither role waits on a copy inside its chain (a wait for copies issued two steps earlier). The products use
+ * cp.async ring, ISK_RING - 1 steps ahead, and waits for step s's copies right before reading
+ * them (copies issued three steps earlier: the wait costs its instruction). The products use
  * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
@@ -437,12 +437,12 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const int32_t *wxb = p.qwx + (active ? (int)n * 3 * Hi + mu : 0);
   const uint32_t need_sh = p.need_sh;
   /* Each role copies the W x accumulators of the rows it uses for step s into the ring (Z row z,
-   * RG rows r and g of its unit) and waits for step s + 1's copies within step s, so every thread
-   * reads only what its own cp.async wrote: no other thread depends on an asynchronous copy's
-   * completion (a first version had Z copy all three rows for RG behind the step's barriers:
-   * correct by the barrier order, but compute-sanitizer's racecheck reported each RG read of Z's
-   * copies as a hazard, and the pattern where only the issuing thread reads is the one it
-   * accepts in the other kernels). */
+   * RG rows r and g of its unit) and waits for step s's copies in step s, right before reading
+   * them, so a thread reads only what its own cp.async wrote, in the barrier interval of its
+   * wait: the pattern of the one-role kernel above. (A first version had Z copy all three rows
+   * and wait at the end of step s - 1, RG reading them after the step's barriers: correct by the
+   * barrier order, but compute-sanitizer's racecheck reported RG's reads as hazards, and still
+   * warned on reads of a thread's own copies when a barrier separated its wait from the read.) */
   auto issue = [&](int s) {
     if (active && s < Li) {
       const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
@@ -456,7 +456,6 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
     isk_cp_async_commit();
   };
   for (int s = 0; s < ISK_RING - 1; s++) issue(s);
-  isk_cp_async_wait();   /* step 0's */
   __syncthreads();
 
   if (!rg) {
@@ -494,13 +493,13 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
         xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
         hprev = xh;
       }
+      isk_cp_async_wait();   /* step s's copies (issued ISK_RING - 1 steps ago) */
       const int32_t wx = ring[((s & (ISK_RING - 1)) * Hi + mu) * 3];
       qg_cell32_zo zo;
       qg_cell32_z(&c32, 0, wx, (int32_t)((uint32_t)acc + rconst + roff * (uint32_t)sh), hprev, &zo);
       xz[mu] = zo.cz; xz[HW + mu] = zo.old;
       if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
       issue(s + ISK_RING - 1);
-      isk_cp_async_wait();   /* step s + 1's */
       zpre_p = zo.zpre; mz_p = zo.mask;
       isk_bar_sync(1, nthr);   /* publishes xz to RG */
       isk_bar_sync(0, nthr);
@@ -541,6 +540,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       int32_t acc[2], sh;
       if (need_sh) isk_dots<KW, 2, 2, true>(Rr, hw, acc, &sh);
       else isk_dots<KW, 2, 2, false>(Rr, hw, acc, &sh);
+      isk_cp_async_wait();   /* step s's copies */
       const int32_t *wr = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
       qg_cell32_rgo ro;
       qg_cell32_rg(&c32, 0, wr[1], wr[2], (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
@@ -548,7 +548,6 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
       issue(s + ISK_RING - 1);
-      isk_cp_async_wait();   /* step s + 1's */
       isk_bar_sync(1, nthr);   /* Z's z and old of this step */
       uint32_t mh;
       const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
