@@ -315,9 +315,8 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * The two halves of the cell (and the products: 16 vs 32 __dp4a chains at H 64) run on different
  * warps, so the step's critical path is RG's chain plus the combination, with one warp per
  * scheduler on four schedulers instead of two. Steps past the row's length (all at the end, one
- * row per CTA) are written after the loop by Z. Each role copies the W x rows it uses into the
- * cp.async ring, ISK_RING - 1 steps ahead, and waits for step s's copies right before reading
- * them (copies issued three steps earlier: the wait costs its instruction). The products use
+ * row per CTA) are written after the loop by Z. Each role loads the W x rows it uses into
+ * registers, ISK_RING - 1 steps ahead (no shared-memory ring). The products use
  * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
@@ -377,7 +376,6 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const int rg = tid >= HW, mu = rg ? tid - HW : tid;
   const int64_t n = blockIdx.x;
   int8_t *hb = (int8_t *)smem;                          /* [2][Hp] */
-  int32_t *ring = (int32_t *)(smem + p.off_ring);       /* [ISK_RING][H][3] W x accumulators */
   int32_t *Ps = (int32_t *)(smem + p.off_P);            /* [QG_C32_ROWS][H] */
   int32_t *xz = (int32_t *)(smem + p.off_x);            /* [2][HW]: z's centered code, old's code */
   int32_t *xr = xz + 2 * HW;                            /* [2 steps][5][HW]: h, r_pre, g_pre, Rh_g + br_g, mask bits */
@@ -436,26 +434,16 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const int wx_row = Ni * 3 * Hi, y_row = Ni * (int)p.Hy, h_row = Ni * Hi;
   const int32_t *wxb = p.qwx + (active ? (int)n * 3 * Hi + mu : 0);
   const uint32_t need_sh = p.need_sh;
-  /* Each role copies the W x accumulators of the rows it uses for step s into the ring (Z row z,
-   * RG rows r and g of its unit) and waits for step s's copies in step s, right before reading
-   * them, so a thread reads only what its own cp.async wrote, in the barrier interval of its
-   * wait: the pattern of the one-role kernel above. (A first version had Z copy all three rows
-   * and wait at the end of step s - 1, RG reading them after the step's barriers: correct by the
-   * barrier order, but compute-sanitizer's racecheck reported RG's reads as hazards, and still
-   * warned on reads of a thread's own copies when a barrier separated its wait from the read.) */
-  auto issue = [&](int s) {
-    if (active && s < Li) {
-      const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
-      int32_t *d = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
-      if (!rg) isk_cp_async4(d, w);
-      else {
-        isk_cp_async4(d + 1, w + Hi);
-        isk_cp_async4(d + 2, w + 2 * Hi);
-      }
-    }
-    isk_cp_async_commit();
+  /* W x: each role loads the accumulators of the rows it uses (Z row z, RG rows r and g of its
+   * unit) straight into registers, ISK_RING - 1 steps ahead (a register pipeline: wq[0] is step
+   * s's, wq[ISK_RING - 2] the newest), so no thread reads what another wrote and no load waits
+   * inside a step's chain. (A first version had Z copy all three rows into a shared-memory
+   * cp.async ring read by both roles behind the step's barriers: correct by the barrier order,
+   * but compute-sanitizer's racecheck reported hazards on the ring, also with each role copying
+   * its own rows.) */
+  auto wx_at = [&](int s, int k) -> int32_t {
+    return active && s < Li ? wxb[(p.reverse ? Li - 1 - s : s) * wx_row + k * Hi] : 0;
   };
-  for (int s = 0; s < ISK_RING - 1; s++) issue(s);
   __syncthreads();
 
   if (!rg) {
@@ -479,6 +467,9 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       if (p.hq) p.hq[cell + h_row] = h;
     };
     int32_t hprev = active ? hq0[n * H + i] : 0, zpre_p = 0;
+    int32_t wq[ISK_RING - 1];
+#pragma unroll
+    for (int k = 0; k < ISK_RING - 1; k++) wq[k] = wx_at(k, 0);
     uint32_t mz_p = 0;
     for (int s = 0; s < Li; s++) {
       int hw[KW];
@@ -493,13 +484,14 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
         xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
         hprev = xh;
       }
-      isk_cp_async_wait();   /* step s's copies (issued ISK_RING - 1 steps ago) */
-      const int32_t wx = ring[((s & (ISK_RING - 1)) * Hi + mu) * 3];
+      const int32_t wx = wq[0];
+#pragma unroll
+      for (int k = 0; k < ISK_RING - 2; k++) wq[k] = wq[k + 1];
+      wq[ISK_RING - 2] = wx_at(s + ISK_RING - 1, 0);
       qg_cell32_zo zo;
       qg_cell32_z(&c32, 0, wx, (int32_t)((uint32_t)acc + rconst + roff * (uint32_t)sh), hprev, &zo);
       xz[mu] = zo.cz; xz[HW + mu] = zo.old;
       if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
-      issue(s + ISK_RING - 1);
       zpre_p = zo.zpre; mz_p = zo.mask;
       isk_bar_sync(1, nthr);   /* publishes xz to RG */
       isk_bar_sync(0, nthr);
@@ -534,20 +526,31 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
         roff[g] = (uint32_t)p.roff[(g + 1) * H + i];
       }
     const int32_t baseH = (int32_t)p.baseH;
+    int32_t wq[ISK_RING - 1][2];
+#pragma unroll
+    for (int k = 0; k < ISK_RING - 1; k++) {
+      wq[k][0] = wx_at(k, 1);
+      wq[k][1] = wx_at(k, 2);
+    }
     for (int s = 0; s < Li; s++) {
       int hw[KW];
       isk_load_h<KW>(hb + (s & 1) * Hp, hw);
       int32_t acc[2], sh;
       if (need_sh) isk_dots<KW, 2, 2, true>(Rr, hw, acc, &sh);
       else isk_dots<KW, 2, 2, false>(Rr, hw, acc, &sh);
-      isk_cp_async_wait();   /* step s's copies */
-      const int32_t *wr = ring + ((s & (ISK_RING - 1)) * Hi + mu) * 3;
+      const int32_t wr1 = wq[0][0], wr2 = wq[0][1];
+#pragma unroll
+      for (int k = 0; k < ISK_RING - 2; k++) {
+        wq[k][0] = wq[k + 1][0];
+        wq[k][1] = wq[k + 1][1];
+      }
+      wq[ISK_RING - 2][0] = wx_at(s + ISK_RING - 1, 1);
+      wq[ISK_RING - 2][1] = wx_at(s + ISK_RING - 1, 2);
       qg_cell32_rgo ro;
-      qg_cell32_rg(&c32, 0, wr[1], wr[2], (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
+      qg_cell32_rg(&c32, 0, wr1, wr2, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
                    (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro);
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
-      issue(s + ISK_RING - 1);
       isk_bar_sync(1, nthr);   /* Z's z and old of this step */
       uint32_t mh;
       const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
