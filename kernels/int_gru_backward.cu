@@ -58,6 +58,7 @@
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
 
 #include <stdio.h>
+#include <stdlib.h>   /* getenv */
 #include <string.h>
 
 struct bwd_params {
@@ -988,6 +989,83 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_
   }
 }
 
+/* bwd_step1_kernel: bwd_step_kernel's step for one row per thread where every index of the step
+ * fits 32 bits (step_fits32; the case at every shape of the benchmarks), with the saved records
+ * read as words: 32-bit index math, the values that do not depend on dh (the saved record, the
+ * h code, the table look-ups, dy, Hf) made first, and, launched with programmatic stream
+ * serialization after the previous step's GEMM (PDL: step_loop_body), made while that GEMM
+ * drains; griddepcontrol.wait (a no-op without the attribute) then orders the reads of the GEMM's
+ * partial products P. The direct part dd was written by the step kernel before that GEMM, which
+ * began only after that kernel completed, so it is read before the wait (after it where no slices
+ * are used: there the GEMM adds into dd). The previous step's GEMM
+ * reads dq_{s+1} and R~ and writes P only, so nothing this kernel writes before the wait (Hf) is
+ * touched by it. hp of the cell and Hf are the same value (qg_deq of the h code), computed once.
+ * Same sums in the same order as bwd_step_kernel: bit-identical results. */
+template <int MB>
+__global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
+                                                                 const float *__restrict__ dd, const float *__restrict__ P,
+                                                                 int nparts, float *__restrict__ dn, float *__restrict__ Hf,
+                                                                 double *__restrict__ sp) {
+  __shared__ double sh[4][BS_Y][BS_X];
+  const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
+  const int i = blockIdx.x * BS_X + threadIdx.x, n = blockIdx.y * BS_Y + threadIdx.y;
+  const bool act = i < H && n < N;
+  const int e = n * H + i, se = s * NH + e;
+  int Ln = 0;
+  step_vals v;
+  float dh = 0.0f;
+  if (act) {
+    Ln = (int)length_at(p.L, n, p.T);
+    if (s < Ln) {
+      const int t = p.reverse ? Ln - 1 - s : s;
+      step_in in;
+      const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
+      const int nw = p.cb / 4;
+#pragma unroll
+      for (int k = 0; k < BP_MAX_WORDS; k++)
+        if (k < nw) in.w[k] = src[k];
+      in.hp = p.hq[se];
+      in.dy = p.dy ? p.dy[(t * N + n) * (int)p.Hy + p.y_offset + i] : 0.0f;
+      if (nparts) dh = dd[e];
+      prepare_step(p, s, Ln, in, v);
+      Hf[se] = v.v.hp;
+    } else {
+      if (nparts) dh = dd[e];
+      Hf[se] = (float)qg_deq(p.hq[se], p.cell.a[QG_Q_OUTPUT_H]);
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  if (act) {
+    if (!nparts) dh = dd[e];   /* a single GEMM (no slices) added its product into dd itself */
+    for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
+    float *dqr = p.dq + (s * N + n) * H3 + i;
+    if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      dn[e] = dh;
+    } else {
+      const int t = p.reverse ? Ln - 1 - s : s;
+      qg_cell_grad gr;
+      qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
+      float *dpr = p.dp + (t * N + n) * H3 + i;
+      dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+      dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      a0 = (double)gr.dbx[0]; a1 = (double)gr.dbx[1]; a2 = (double)gr.dbx[2]; a3 = (double)gr.dbr[2];
+      dn[e] = gr.dhprev;
+    }
+  }
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
+  __syncthreads();
+  if (ty < 4 && i < H) {
+    double a = 0;
+    for (int y = 0; y < BS_Y; y++) a += sh[ty][y][tx];
+    sp[((s * (int)gridDim.y + (int)blockIdx.y) * 4 + ty) * H + i] = a;
+  }
+}
+
 /* out[e] = dd[e] + P[0][e] + ... + P[nparts - 1][e] (dL/dh_0 after the split-K loop). */
 __global__ void add_parts_kernel(const float *dd, const float *P, int nparts, int64_t n, float *out) {
   const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -1050,6 +1128,13 @@ static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
   return S > 1 ? (int)S : 0;
 }
 
+/* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
+ * saved records [T N H] of cb bytes, dy [T N, Hy] (and so the h codes, Hf and the step sums). */
+static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
+  const int64_t TN = T * N, lim = (int64_t)1 << 31;
+  return TN < lim && TN * 3 * H < lim && TN * H * cb < lim && TN * (Hy + 1) < lim;
+}
+
 /* The per-step recurrence: arguments of the loop (also the graph cache's key, with a tag). */
 struct step_loop {
   char tag[8];                 /* "qgIGRUb" */
@@ -1059,6 +1144,7 @@ struct step_loop {
   double *sp;
   int64_t chunks;
   int rpt, math, slices, words;
+  int fits32, pdl, mb6;        /* bwd_step1_kernel (step_fits32), launched with PDL after each GEMM */
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -1074,9 +1160,23 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
+    if (L.fits32) {
+      /* programmatic stream serialization after the previous step's GEMM (not after the loop's
+       * memset / copy of dh: the first step launches plainly) */
+      cudaLaunchConfig_t lc = {};
+      cudaLaunchAttribute at[1];
+      lc.gridDim = grid; lc.blockDim = block; lc.stream = (cudaStream_t)L.stream;
+      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      at[0].val.programmaticStreamSerializationAllowed = 1;
+      lc.attrs = at;
+      lc.numAttrs = L.pdl && s < L.bp.T - 1 ? 1 : 0;
+      QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, L.mb6 ? bwd_step1_kernel<6> : bwd_step1_kernel<8>, L.bp, (int)s, (const float *)dh, (const float *)L.P, np, dn,
+                                                L.Hf, L.sp));
+    } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
     f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, L.Hf, L.sp);
+    }
     QG_CHECK(qg_cuda_launched(ctx, fn));
     const float *dqs = L.bp.dq + s * N * H3;
     if (!S) {
@@ -1203,6 +1303,13 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
     L.words = ((uintptr_t)saved->cell->data & 3) == 0;
+    L.fits32 = L.words && rpt == 1 && step_fits32(T, N, H, bp.cb, bp.Hy);
+    {
+      const char *ev = getenv("QGRU_BWD_PDL");   /* experiment knob (bench): "0" launches without PDL */
+      L.pdl = !(ev && ev[0] == '0');
+      const char *em = getenv("QGRU_BWD_STEP1_MB");   /* experiment knob (bench): "6" the 40-register build */
+      L.mb6 = em && em[0] == '6';
+    }
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
