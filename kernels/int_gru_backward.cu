@@ -989,18 +989,20 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_
   }
 }
 
+/* 2^-e as a double without ldexp's general path (exact: e in [-1022, 1022] builds the bits). */
+__device__ __forceinline__ double pow2_neg(int e) {
+  return e >= -1022 && e <= 1022 ? __longlong_as_double((long long)(1023 - e) << 52) : ldexp(1.0, -e);
+}
+
 /* bwd_step1_kernel: bwd_step_kernel's step for one row per thread where every index of the step
- * fits 32 bits (step_fits32; the case at every shape of the benchmarks), with the saved records
- * read as words: 32-bit index math, the values that do not depend on dh (the saved record, the
- * h code, the table look-ups, dy, Hf) made first, and, launched with programmatic stream
- * serialization after the previous step's GEMM (PDL: step_loop_body), made while that GEMM
- * drains; griddepcontrol.wait (a no-op without the attribute) then orders the reads of the GEMM's
- * partial products P. The direct part dd was written by the step kernel before that GEMM, which
- * began only after that kernel completed, so it is read before the wait (after it where no slices
- * are used: there the GEMM adds into dd). The previous step's GEMM
- * reads dq_{s+1} and R~ and writes P only, so nothing this kernel writes before the wait (Hf) is
- * touched by it. hp of the cell and Hf are the same value (qg_deq of the h code), computed once.
- * Same sums in the same order as bwd_step_kernel: bit-identical results. */
+ * fits 32 bits (step_fits32; every shape of the benchmarks) and the saved records are read as
+ * words: 32-bit index math; every load of the thread (dd, the nparts partial products, the saved
+ * record, the h code, dy) issued before any use; with the cell's tables (tb.val[0] set) the unpack
+ * and qg_cell_backward_prepare inline: table index = the stored offset from qmin, the
+ * dequantizations (double, as qg_cell_backward_prepare and qg_deq) with 2^-e built from its bits;
+ * hp of the cell and Hf are the same value (qg_deq of the h code), computed once. Without tables,
+ * prepare_step. Same values and sums in the same order as bwd_step_kernel: bit-identical results.
+ * MB: blocks per multiprocessor asked of ptxas (8: 32 registers, one wave at large; 6: 40). */
 template <int MB>
 __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
@@ -1009,44 +1011,54 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid
   __shared__ double sh[4][BS_Y][BS_X];
   const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
   const int i = blockIdx.x * BS_X + threadIdx.x, n = blockIdx.y * BS_Y + threadIdx.y;
-  const bool act = i < H && n < N;
   const int e = n * H + i, se = s * NH + e;
-  int Ln = 0;
-  step_vals v;
-  float dh = 0.0f;
-  if (act) {
-    Ln = (int)length_at(p.L, n, p.T);
-    if (s < Ln) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  if (i < H && n < N) {
+    const int Ln = (int)length_at(p.L, n, p.T);
+    const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
+    const int32_t hq = p.hq[se];
+    float dh = dd[e];
+    float *dqr = p.dq + (s * N + n) * H3 + i;
+    if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+      for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
+      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      dn[e] = dh;
+      Hf[se] = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
+    } else {
       const int t = p.reverse ? Ln - 1 - s : s;
-      step_in in;
       const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
+      step_in in;
       const int nw = p.cb / 4;
 #pragma unroll
       for (int k = 0; k < BP_MAX_WORDS; k++)
         if (k < nw) in.w[k] = src[k];
-      in.hp = p.hq[se];
+      in.hp = hq;
       in.dy = p.dy ? p.dy[(t * N + n) * (int)p.Hy + p.y_offset + i] : 0.0f;
-      if (nparts) dh = dd[e];
-      prepare_step(p, s, Ln, in, v);
+      for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
+      step_vals v;
+      if (p.tb.val[0]) {
+        const qg_cell_q &q = p.cell;
+        const qg_qp QRH = q.a[QG_Q_MATMUL_RH];
+        int iz, ir, ig, rhb;
+        if (q.narrow) {
+          iz = (int)(in.w[0] & 0xffffu); ir = (int)(in.w[0] >> 16); ig = (int)(in.w[1] & 0xffffu);
+          rhb = (int)(in.w[1] >> 16) + (int)QRH.qmin;
+          v.v.mask = in.w[2];
+        } else {
+          iz = (int)((int32_t)in.w[0] - q.a[QG_Q_Z_PRE].qmin); ir = (int)((int32_t)in.w[1] - q.a[QG_Q_R_PRE].qmin);
+          ig = (int)((int32_t)in.w[2] - q.a[QG_Q_G_PRE].qmin);
+          rhb = (int32_t)in.w[3];
+          v.v.mask = in.w[4];
+        }
+        v.v.z = p.tb.val[0][iz]; v.v.rr = p.tb.val[1][ir]; v.v.g = p.tb.val[2][ig];
+        v.v.dsz = p.tb.der[0][iz]; v.v.dsr = p.tb.der[1][ir]; v.v.dtg = p.tb.der[2][ig];
+        v.v.hp = (float)((double)((int64_t)hq - QH.z) * pow2_neg(QH.e));
+        v.v.rhb = (float)((double)((int64_t)rhb - QRH.z) * pow2_neg(QRH.e));
+        v.dy = in.dy;
+      } else {
+        prepare_step(p, s, Ln, in, v);
+      }
       Hf[se] = v.v.hp;
-    } else {
-      if (nparts) dh = dd[e];
-      Hf[se] = (float)qg_deq(p.hq[se], p.cell.a[QG_Q_OUTPUT_H]);
-    }
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  if (act) {
-    if (!nparts) dh = dd[e];   /* a single GEMM (no slices) added its product into dd itself */
-    for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
-    float *dqr = p.dq + (s * N + n) * H3 + i;
-    if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
-      dn[e] = dh;
-    } else {
-      const int t = p.reverse ? Ln - 1 - s : s;
       qg_cell_grad gr;
       qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
       float *dpr = p.dp + (t * N + n) * H3 + i;
@@ -1144,7 +1156,7 @@ struct step_loop {
   double *sp;
   int64_t chunks;
   int rpt, math, slices, words;
-  int fits32, pdl, mb6;        /* bwd_step1_kernel (step_fits32), launched with PDL after each GEMM */
+  int fits32, mb6;             /* bwd_step1_kernel (step_fits32); mb6: its 40-register build (experiment knob) */
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -1161,17 +1173,8 @@ static qg_status step_loop_body(void *arg) {
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
     if (L.fits32) {
-      /* programmatic stream serialization after the previous step's GEMM (not after the loop's
-       * memset / copy of dh: the first step launches plainly) */
-      cudaLaunchConfig_t lc = {};
-      cudaLaunchAttribute at[1];
-      lc.gridDim = grid; lc.blockDim = block; lc.stream = (cudaStream_t)L.stream;
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[0].val.programmaticStreamSerializationAllowed = 1;
-      lc.attrs = at;
-      lc.numAttrs = L.pdl && s < L.bp.T - 1 ? 1 : 0;
-      QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, L.mb6 ? bwd_step1_kernel<6> : bwd_step1_kernel<8>, L.bp, (int)s, (const float *)dh, (const float *)L.P, np, dn,
-                                                L.Hf, L.sp));
+      (L.mb6 ? bwd_step1_kernel<6> : bwd_step1_kernel<8>)<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn,
+                                                                                                   L.Hf, L.sp);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
@@ -1305,8 +1308,6 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.words = ((uintptr_t)saved->cell->data & 3) == 0;
     L.fits32 = L.words && rpt == 1 && step_fits32(T, N, H, bp.cb, bp.Hy);
     {
-      const char *ev = getenv("QGRU_BWD_PDL");   /* experiment knob (bench): "0" launches without PDL */
-      L.pdl = !(ev && ev[0] == '0');
       const char *em = getenv("QGRU_BWD_STEP1_MB");   /* experiment knob (bench): "6" the 40-register build */
       L.mb6 = em && em[0] == '6';
     }
