@@ -996,13 +996,16 @@ __device__ __forceinline__ double pow2_neg(int e) {
 
 /* bwd_step1_kernel: bwd_step_kernel's step for one row per thread where every index of the step
  * fits 32 bits (step_fits32; every shape of the benchmarks) and the saved records are read as
- * words: 32-bit index math; every load of the thread (dd, the nparts partial products, the saved
- * record, the h code, dy) issued before any use; with the cell's tables (tb.val[0] set) the unpack
+ * words: 32-bit index math; every load of the thread (dd, the nparts partial products, unrolled
+ * up to STEP_MAX_SLICES so that they are in flight together, the saved record, the h code, dy)
+ * issued before any use; with the cell's tables (tb.val[0] set) the unpack
  * and qg_cell_backward_prepare inline: table index = the stored offset from qmin, the
  * dequantizations (double, as qg_cell_backward_prepare and qg_deq) with 2^-e built from its bits;
  * hp of the cell and Hf are the same value (qg_deq of the h code), computed once. Without tables,
  * prepare_step. Same values and sums in the same order as bwd_step_kernel: bit-identical results.
  * MB: blocks per multiprocessor asked of ptxas (8: 32 registers, one wave at large; 6: 40). */
+enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
+
 template <int MB>
 __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
@@ -1017,10 +1020,14 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid
     const int Ln = (int)length_at(p.L, n, p.T);
     const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
     const int32_t hq = p.hq[se];
-    float dh = dd[e];
+    float dh = dd[e], pv[STEP_MAX_SLICES];
+#pragma unroll
+    for (int j = 0; j < STEP_MAX_SLICES; j++) pv[j] = j < nparts ? P[j * NH + e] : 0.0f;   /* all in flight at once */
+#pragma unroll
+    for (int j = 0; j < STEP_MAX_SLICES; j++)
+      if (j < nparts) dh += pv[j];
     float *dqr = p.dq + (s * N + n) * H3 + i;
     if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-      for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
       dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
       dn[e] = dh;
       Hf[se] = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
@@ -1034,7 +1041,6 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid
         if (k < nw) in.w[k] = src[k];
       in.hp = hq;
       in.dy = p.dy ? p.dy[(t * N + n) * (int)p.Hy + p.y_offset + i] : 0.0f;
-      for (int j = 0; j < nparts; j++) dh += P[j * NH + e];
       step_vals v;
       if (p.tb.val[0]) {
         const qg_cell_q &q = p.cell;
@@ -1135,7 +1141,7 @@ static int step_rows_per_thread(int64_t N) {
 static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
   const int64_t tiles = ((N + 127) / 128) * ((H + 127) / 128), H3 = 3 * H;
   int64_t S = (ctx->sm_count + tiles - 1) / tiles;
-  if (S > 8) S = 8;
+  if (S > 8) S = 8;   /* STEP_MAX_SLICES */
   while (S > 1 && (H3 % S != 0 || H3 / S < 128)) S--;
   return S > 1 ? (int)S : 0;
 }
