@@ -2,8 +2,9 @@
 # bench/large_bwd3_device.sh CALL: one device call of branch gpu-large-bwd3 (run from the root of
 # the checkout the device receives, the branch staged as .stage/gpu-large-bwd3 with its build and
 # main's library as build/libqgru_base.so). Logs to $OUT as large_bwd3_*.log. Experiment knobs of
-# the calls' builds: QGRU_BWD_PDL=0 launched bwd_step1_kernel without PDL (call 1 only; PDL was
-# dropped after it), QGRU_BWD_STEP1_MB=6 its 40-register build (default 8: 32 registers).
+# the calls' builds (removed after call 2; the knobs no longer exist, so those lines repeat the
+# default): QGRU_BWD_PDL=0 launched bwd_step1_kernel without PDL (call 1; PDL was dropped after
+# it), QGRU_BWD_STEP1_MB=6 its 40-register build (default 8: 32 registers).
 source .device/device-env.sh
 R=$PWD; S=$R/.stage/gpu-large-bwd3
 export QGRU_NO_INSTALL=1

@@ -36,7 +36,8 @@
  *     two block barriers per step); both take the cell's saved-state values a step ahead
  *     (qg_cell_backward_prepare) and issue a step's global stores after its barrier. Their sums
  *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
- *   - fallback: per step a cell kernel (bwd_step_kernel, the same per-unit code) and the cuBLAS
+ *   - fallback: per step a cell kernel (bwd_step1_kernel where the step's indices fit 32 bits and
+ *     the saved records are 4-byte aligned, else bwd_step_kernel; the same per-unit code) and the cuBLAS
  *     GEMM dq_s R~ in the context's math mode: where the output's tiles do not fill the device
  *     (large: N 256, H 1024), one strided-batched GEMM over S slices of K = 3H into S partial
  *     products that the next step kernel adds in order (step_gemm_slices), else one GEMM adding
@@ -58,7 +59,6 @@
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
 
 #include <stdio.h>
-#include <stdlib.h>   /* getenv */
 #include <string.h>
 
 struct bwd_params {
@@ -1003,11 +1003,14 @@ __device__ __forceinline__ double pow2_neg(int e) {
  * dequantizations (double, as qg_cell_backward_prepare and qg_deq) with 2^-e built from its bits;
  * hp of the cell and Hf are the same value (qg_deq of the h code), computed once. Without tables,
  * prepare_step. Same values and sums in the same order as bwd_step_kernel: bit-identical results.
- * MB: blocks per multiprocessor asked of ptxas (8: 32 registers, one wave at large; 6: 40). */
+ * (Tried in round 3, bench/cuda_int_gru.md: launching it with programmatic dependent launch after
+ * the step's GEMM, the dh-independent part before griddepcontrol.wait: no gain at large, and the
+ * wait's serialization of the partial products' loads cost 0.09 ms at medium.)
+ * 8 blocks per multiprocessor asked of ptxas: 32 registers (16 bytes of stack), one wave at large;
+ * the 40-register build (6 blocks, no stack) ran the same (bench/cuda_int_gru.md, round 3). */
 enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 
-template <int MB>
-__global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
+__global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
                                                                  int nparts, float *__restrict__ dn, float *__restrict__ Hf,
                                                                  double *__restrict__ sp) {
@@ -1162,7 +1165,7 @@ struct step_loop {
   double *sp;
   int64_t chunks;
   int rpt, math, slices, words;
-  int fits32, mb6;             /* bwd_step1_kernel (step_fits32); mb6: its 40-register build (experiment knob) */
+  int fits32;                  /* bwd_step1_kernel (step_fits32) */
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -1179,8 +1182,7 @@ static qg_status step_loop_body(void *arg) {
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
     if (L.fits32) {
-      (L.mb6 ? bwd_step1_kernel<6> : bwd_step1_kernel<8>)<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn,
-                                                                                                   L.Hf, L.sp);
+      bwd_step1_kernel<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
@@ -1313,10 +1315,6 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
     L.words = ((uintptr_t)saved->cell->data & 3) == 0;
     L.fits32 = L.words && rpt == 1 && step_fits32(T, N, H, bp.cb, bp.Hy);
-    {
-      const char *em = getenv("QGRU_BWD_STEP1_MB");   /* experiment knob (bench): "6" the 40-register build */
-      L.mb6 = em && em[0] == '6';
-    }
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));

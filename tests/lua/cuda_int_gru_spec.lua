@@ -412,6 +412,40 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
     end)
   end
 
+  -- the per-step kernel's two record layouts beyond the narrow one with tables: pre-activations
+  -- above 16 bits store wide records (five words); with matmul.Rh at 18 bits the tables stay (all
+  -- three activations at 8 bits), with gate.z_pre at 18 bits there are none (the cell computes
+  -- the activations directly)
+  for _, v in ipairs({ { "rh18", { ["matmul.Rh"] = { bitwidth = 18, is_symmetric = false } } },
+                       { "zp18", { ["gate.z_pre"] = { bitwidth = 18, is_symmetric = false } } } }) do
+    it(string.format("per-step path, wide saved records (%s): STE gradients within 1e-5 of the CPU's; the same run twice is bit-identical",
+                     v[1]), function()
+      local c = { seed = 34, T = 5, N = 11, C = 6, H = 70, h0 = true, lengths = true, reverse = true }
+      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      qgru.seed(334)
+      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
+      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }), dW = qgru.zeros({ 3 * c.H, c.C }), dR = qgru.zeros({ 3 * c.H, c.H }),
+                   dbx = qgru.zeros({ 3 * c.H }), dbr = qgru.zeros({ 3 * c.H }) }
+      local hc = layer_on("cpu", lq, c.C, c.H)
+      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      with_path("fallback", function()
+        local hg = layer_on("cuda", lq, c.C, c.H)
+        local runs = {}
+        for r = 1, 2 do
+          local o = forward("cuda", hg, inp, true)
+          runs[r] = backward(hg, o, dy, dhn, g0)
+        end
+        for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+          local err = U.rel_err(flat(runs[1][k]), flat(gref[k]))
+          assert(err < 1e-5, string.format("%s %s: relative error %.3g vs the CPU", v[1], k, err))
+          same(runs[2][k], runs[1][k], v[1] .. " second run " .. k)
+        end
+      end)
+    end)
+  end
+
   it("a forced persistent backward on an R~ no cluster can hold (H = 600) or a forced shape that cannot hold H is a clear error; "
      .. "auto falls back and matches the CPU", function()
     local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
