@@ -103,8 +103,8 @@ namespace cg = cooperative_groups;
 
 /* ================================ W x on cuBLASLt ================================ */
 
-/* The 32-bit mode's W x with single planes, where the GPU-wide recurrence's inference variant
- * (tc_grid_kernel SAVE = 0; the training variant has no registers left for the fold) consumes it: cuBLASLt's
+/* The 32-bit mode's W x with single planes and no observer, where the GPU-wide recurrence
+ * (tc_grid_kernel, inference and training variants) consumes it: cuBLASLt's
  * int8 x int8 -> int32 GEMM (sm90: wgmma / TMA; bench/wx_gemm_bench.cu: 0.127 ms at the large
  * shape against 0.27 for wx_gemm_kernel) writes the plane product D[tn][j] = sum_k PX[tn][k]
  * PW[j][k] (K = the padded Kp: the padding is zeros) into rows of lt_ldc(3H) int32, and
@@ -574,6 +574,11 @@ static size_t ts_smem(int single) {
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
                "r"(bytes)
                : "memory");
 }
@@ -1463,6 +1468,16 @@ static int64_t tg_lut_bytes(int64_t lut_bytes, int64_t smem_left) {
   return lut_bytes > 0 && lut_bytes <= 65536 && lut_bytes <= smem_left ? lut_bytes : 0;
 }
 
+/* The grid kernel's shared-memory layout for R rows of Kp bytes, static_bytes of static shared
+ * memory and smem_max bytes per block: the tables in shared memory where they fit with two
+ * tiles (tg_lut_bytes; they were measured to matter), four partial tiles (one store pass, one
+ * barrier fewer per step) where those fit as well, else two. Returns the dynamic bytes. */
+static size_t tg_layout(int64_t Kp, int64_t lut_bytes, size_t static_bytes, int smem_max, int *ntile, int64_t *glut) {
+  *glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(Kp, 0, 2) + static_bytes));
+  *ntile = tg_smem(Kp, *glut, 4) + static_bytes <= (size_t)smem_max ? 4 : 2;
+  return tg_smem(Kp, *glut, *ntile);
+}
+
 /* Whether the GPU-wide persistent recurrence (int_gru_grid.cuh) runs this forward: the 32-bit
  * mode, one int8 plane of R and of h, no forced persistent shape, the block's shared memory
  * within the device's limit, every block of the grid resident at once, cooperative launch. */
@@ -1479,9 +1494,10 @@ static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int save, int 
   const tg_kernel k = tg_kernel_of(wide, save);
   cudaFuncAttributes fa;
   QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)k));
-  const size_t smem0 = tg_smem(round_up(H, TS_BK), 0);
-  if (smem0 + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
-  const size_t smem = tg_smem(round_up(H, TS_BK), tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(smem0 + fa.sharedSizeBytes)));
+  if (tg_smem(round_up(H, TS_BK), 0, 2) + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
+  int ntile;
+  int64_t glut;
+  const size_t smem = tg_layout(round_up(H, TS_BK), lut_bytes, fa.sharedSizeBytes, smem_max, &ntile, &glut);
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, (const void *)k, TS_THREADS, smem));
   const int64_t blocks = ((H + TS_U - 1) / TS_U) * ((N + TS_N - 1) / TS_N);
@@ -1592,11 +1608,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   g->cell_path_read = a32 ? cell_path_read : NULL;
   const int64_t KpR = small ? sp.Kp : persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
   /* W x on cuBLASLt (above: the plane product; tc_grid_kernel adds the zero-point terms) where
-   * the GPU-wide recurrence's inference variant consumes the 32-bit mode's accumulators with
-   * single planes (the training variant has no registers left for the terms), else
-   * wx_gemm_kernel; qwx rows of ldq int32 */
+   * the GPU-wide recurrence (inference and training variants) consumes the 32-bit mode's
+   * accumulators with single planes and no observer (wx_gemm_kernel's epilogue gathers its
+   * statistics), else wx_gemm_kernel; qwx rows of ldq int32 */
   int lt_wx = 0;
-  if (grid_rec && !saved && wx_mma && a32 && wpl.n == 1 && xpl.n == 1 && TN > 0 && TN < (1LL << 31))
+  if (grid_rec && !obs && wx_mma && a32 && wpl.n == 1 && xpl.n == 1 && TN > 0 && TN < (1LL << 31))
     QG_CHECK(lt_wx_usable(ctx, fn, H3, TN, round_up(C, WX_BK), &lt_wx));
   const int64_t ldq = lt_wx ? lt_ldc(H3) : H3;
 
@@ -1798,9 +1814,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
       QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
       QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)gk));
-      const int64_t glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(KpR, 0) + fa.sharedSizeBytes));   /* as tg_choose */
+      int64_t glut;
+      const size_t gsmem = tg_layout(KpR, lut_bytes, fa.sharedSizeBytes, smem_max, &gp.ntile, &glut);   /* as tg_choose */
       gp.lut_smem = glut > 0;
-      const size_t gsmem = tg_smem(KpR, glut);
       QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 4, st));
       QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
       void *args[1] = {&gp};
