@@ -7,7 +7,7 @@ source .device/device-env.sh
 cd .stage/gpu-grid2
 export QGRU_NO_INSTALL=1 QGRU_ROOT=$PWD LUA_PATH="lua/?.lua;lua/?/init.lua;$LUA_PATH"
 B=$PWD/build
-LIBS=${LIBS:-"libqgru_base.so libqgru.so libqgru_t2.so libqgru_ntr.so"}   # t2: two tiles forced; ntr: training keeps wx_gemm_kernel
+LIBS=${LIBS:-"libqgru_base.so libqgru.so"}
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/bench.log
 export QGRU_LIB=$B/libqgru.so
 timeout 50 luajit /tmp/deps/usr/bin/busted --run=unit -o plainTerminal -t gpu tests/lua/cuda_int_gru_spec.lua tests/lua/cuda_qat_spec.lua > $OUT/specs_full.txt 2>&1
