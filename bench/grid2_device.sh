@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device command of branch gpu-grid2 (staged per DEVICE.md under .stage/gpu-grid2 with main's
 # library as build/libqgru_base.so): the GPU specs, bench/int_gru_large.lua grid infer/train for
-# base and branch (two rounds, alternating), recipes/bench.lua large+medium, ncu of the kernels.
+# base and branch (two rounds), recipes/bench.lua large+medium (branch, base), ncu of the kernels.
 # Logs under $OUT (bench/gpu_runs/grid2_*.log).
 source .device/device-env.sh
 cd .stage/gpu-grid2
@@ -16,7 +16,7 @@ for lib in $LIBS; do
   echo "== $lib (round 1)" >> $OUT/bench.log
   QGRU_LIB=$B/$lib timeout 15 luajit bench/int_gru_large.lua 20 3 100 256 512 1024 grid >> $OUT/bench.log 2>&1
 done
-for lib in ${RLIBS:-libqgru.so}; do
+for lib in ${RLIBS:-libqgru.so libqgru_base.so}; do
   echo "== $lib" >> $OUT/recipe.log
   QGRU_LIB=$B/$lib timeout 30 luajit recipes/bench.lua --name b_$lib --device cuda --shapes large,medium --repeats 20 --paths false > /dev/null 2>> $OUT/recipe.log
   cat runs/b_$lib/bench.md >> $OUT/recipe.log 2>/dev/null

@@ -1468,16 +1468,6 @@ static int64_t tg_lut_bytes(int64_t lut_bytes, int64_t smem_left) {
   return lut_bytes > 0 && lut_bytes <= 65536 && lut_bytes <= smem_left ? lut_bytes : 0;
 }
 
-/* The grid kernel's shared-memory layout for R rows of Kp bytes, static_bytes of static shared
- * memory and smem_max bytes per block: the tables in shared memory where they fit with two
- * tiles (tg_lut_bytes; they were measured to matter), four partial tiles (one store pass, one
- * barrier fewer per step) where those fit as well, else two. Returns the dynamic bytes. */
-static size_t tg_layout(int64_t Kp, int64_t lut_bytes, size_t static_bytes, int smem_max, int *ntile, int64_t *glut) {
-  *glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(Kp, 0, 2) + static_bytes));
-  *ntile = tg_smem(Kp, *glut, 4) + static_bytes <= (size_t)smem_max ? 4 : 2;
-  return tg_smem(Kp, *glut, *ntile);
-}
-
 /* Whether the GPU-wide persistent recurrence (int_gru_grid.cuh) runs this forward: the 32-bit
  * mode, one int8 plane of R and of h, no forced persistent shape, the block's shared memory
  * within the device's limit, every block of the grid resident at once, cooperative launch. */
@@ -1494,10 +1484,9 @@ static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int save, int 
   const tg_kernel k = tg_kernel_of(wide, save);
   cudaFuncAttributes fa;
   QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)k));
-  if (tg_smem(round_up(H, TS_BK), 0, 2) + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
-  int ntile;
-  int64_t glut;
-  const size_t smem = tg_layout(round_up(H, TS_BK), lut_bytes, fa.sharedSizeBytes, smem_max, &ntile, &glut);
+  const size_t smem0 = tg_smem(round_up(H, TS_BK), 0);
+  if (smem0 + fa.sharedSizeBytes > (size_t)smem_max) return QG_OK;
+  const size_t smem = tg_smem(round_up(H, TS_BK), tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(smem0 + fa.sharedSizeBytes)));
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, (const void *)k, TS_THREADS, smem));
   const int64_t blocks = ((H + TS_U - 1) / TS_U) * ((N + TS_N - 1) / TS_N);
@@ -1814,9 +1803,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
       QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
       QG_CUDA_CHECK(ctx, fn, cudaFuncGetAttributes(&fa, (const void *)gk));
-      int64_t glut;
-      const size_t gsmem = tg_layout(KpR, lut_bytes, fa.sharedSizeBytes, smem_max, &gp.ntile, &glut);   /* as tg_choose */
+      const int64_t glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(KpR, 0) + fa.sharedSizeBytes));   /* as tg_choose */
       gp.lut_smem = glut > 0;
+      const size_t gsmem = tg_smem(KpR, glut);
       QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 4, st));
       QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
       void *args[1] = {&gp};

@@ -20,8 +20,7 @@
  *      and runs R h on mma.sync m16n8k32 as each group lands (16 warps: 4 K groups x 2 x 48 rows
  *      x 2 x 32 batch rows; every R fragment is read twice per step, every h fragment twice), the
  *      per-row sums of the h codes for the zero-point term from the same B fragments (__dp4a);
- *   3. adds the K groups' partial sums in shared memory (four tiles, one per K group, one pass
- *      where shared memory allows: tg_params.ntile; else two tiles, two passes) and runs the
+ *   3. adds the K groups' partial sums in shared memory (two tiles, two passes) and runs the
  *      32-bit cell of int_gru_cell.h for its units (thread: unit tid % TS_U, batch rows
  *      tid / TS_U + 16 q), exactly as tc_step_kernel's A32 epilogue (a unit outside the 32-bit
  *      bounds runs the general cell and sets the layer's flag), then writes y, the saved state,
@@ -29,9 +28,12 @@
  *      The four rows' cells are one straight-line block (every row computed, stores after), so
  *      their dependent chains interleave; the activation tables sit in shared memory where they
  *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
- * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer): the plane
- * products in rows of wx_ld int32, to which load_wx adds the zero-point terms (mod 2^32, the
- * values wx_gemm_kernel's acc_out epilogue writes); else wx_gemm_kernel's accumulators.
+ * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
+ * the plane products in rows of wx_ld int32, to which fold_wx adds the zero-point terms (mod
+ * 2^32, the values wx_gemm_kernel's acc_out epilogue writes) where the cells use them; else
+ * wx_gemm_kernel's accumulators. The inference variant keeps the terms in registers; the
+ * training variant (SAVE = 1, at the 128-register limit) reads them from shared memory: the
+ * units' bconst / offW (wzs) and the rows' SX[tn], copied by cp.async a step ahead (sxs).
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
@@ -52,7 +54,6 @@ struct tg_params {
   int32_t *bar;   /* [gridDim.y] arrival counters, zero at launch */
   int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free 32-bit fragment loads) */
   int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
-  int ntile;      /* partial tiles of R h: 4 (one per K group, one store pass, one barrier) or 2 (two passes) */
   /* W x: rows of wx_ld int32 (t.c.qwx); wx_bc != NULL: cuBLASLt's plane products, to which the
    * kernel adds the zero-point terms wx_bc[j] + wx_ow[j] wx_sx[tn] ([3H], [3H], [T N]) mod 2^32
    * as it loads them (int_gru.cu, "W x on cuBLASLt"); NULL: wx_gemm_kernel's accumulators */
@@ -61,16 +62,13 @@ struct tg_params {
 };
 
 /* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], then the h block
- * [TS_N][rld], which after the products holds the ntile partial tiles [ntile][TS_N][TS_ALD]
- * int32 (the larger of the two; tg_hbytes), then (lut_bytes > 0) the three activation tables of
- * the 32-bit cell, codes then masks each (in shared memory the look-ups of the cell's chain do
- * not depend on L1, which the W x stream evicts every step). */
-__host__ __device__ static inline size_t tg_hbytes(int64_t Kp, int ntile) {
-  const size_t hb = (size_t)TS_N * ((size_t)Kp + 16), tiles = (size_t)ntile * TS_N * TS_ALD * 4;
-  return hb > tiles ? hb : tiles;
-}
-static size_t tg_smem(int64_t Kp, int64_t lut_bytes, int ntile) {
-  return (size_t)TS_M * ((size_t)Kp + 16) + tg_hbytes(Kp, ntile) + (size_t)lut_bytes;
+ * [TS_N][rld], which after the products holds the two partial tiles [2][TS_N][TS_ALD] int32,
+ * then (lut_bytes > 0) the three activation tables of the 32-bit cell, codes then masks each
+ * (in shared memory the look-ups of the cell's chain do not depend on L1, which the W x stream
+ * evicts every step). */
+static size_t tg_smem(int64_t Kp, int64_t lut_bytes) {
+  const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
+  return (size_t)TS_M * rld + (hb > tiles ? hb : tiles) + (size_t)lut_bytes;
 }
 
 __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
@@ -84,14 +82,13 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t rsum[TG_WARPS_K][TS_N];        /* [K group][batch row]: sums of the h codes (r - base) */
   __shared__ int32_t Ps[(QG_C32_ROWS + 1) * TS_U];  /* [QG_C32_ROWS + 1][TS_U] */
-  /* per-unit terms, [12][TS_U] mod 2^32: the W x fold's bconst[k], offW[k] (cuBLASLt's products;
-   * rows 0-5), R h's rconst[k], roff[k] (rows 6-11); the low words of SX[tn] of the block's rows
-   * for steps of parity b ([2][TS_N], copied by cp.async a step ahead); the rows' valid steps
-   * ([TS_N]). In shared memory, not registers live across the step: the training variant was at
-   * the 128-register limit (with the fold in registers it spilled 164 bytes) */
-  __shared__ uint32_t wzs[12 * TS_U];
-  __shared__ uint32_t sxs[2][TS_N];
-  __shared__ int32_t lens[TS_N];
+  /* SAVE = 1 (training) only: per-unit terms [12][TS_U] mod 2^32: the W x fold's bconst[k],
+   * offW[k] (rows 0-5), R h's rconst[k], roff[k] (rows 6-11); the low words of SX[tn] of the
+   * block's rows for steps of parity b ([2][TS_N]); the rows' valid steps ([TS_N]). In shared
+   * memory, not registers live across the step (the fold in registers: 164 bytes of spills) */
+  __shared__ uint32_t wzs[SAVE ? 12 * TS_U : 1];
+  __shared__ uint32_t sxs[SAVE ? 2 : 1][SAVE ? TS_N : 1];
+  __shared__ int32_t lens[SAVE ? TS_N : 1];
   const ts_params &p = gp.t;
   const rec_common &c = p.c;
   const int64_t H = c.H, N = c.N, T = c.T, Kp = p.Kp, Np = p.Np;
@@ -100,8 +97,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   const int kg = warp >> 2, wm = warp & 1, wn = (warp >> 1) & 1;   /* K group; rows wm 48, cols wn 32 */
   const int64_t u0 = (int64_t)blockIdx.x * TS_U, n0 = (int64_t)blockIdx.y * TS_N;
   int8_t *Rs = (int8_t *)smem, *Hs = Rs + (size_t)TS_M * rld;
-  int32_t *tile = (int32_t *)Hs;   /* after the products: [ntile][TS_N][TS_ALD] */
-  const bool tile4 = gp.ntile == 4;
+  int32_t *tile = (int32_t *)Hs;   /* after the products: [2][TS_N][TS_ALD] */
   const int kc = (int)(Kp / 16);   /* 16-byte chunks per row */
 
   /* once: the block's rows of R (gate-major: row gt TS_U + u is R's row gt H + u0 + u; zero rows
@@ -120,7 +116,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   c32.P = Ps;
   c32.H = TS_U;
   if (gp.lut_smem) {   /* the tables after the h block / tiles (tg_smem) */
-    int32_t *ls = (int32_t *)(smem + (size_t)TS_M * ((size_t)Kp + 16) + tg_hbytes(Kp, gp.ntile));
+    const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
+    int32_t *ls = (int32_t *)(smem + (size_t)TS_M * rld + (hb > tiles ? hb : tiles));
     for (int k = 0; k < 3; k++) {
       const int n = 2 * c32.lut_n[k];
       for (int e = tid; e < n; e += TS_THREADS) ls[e] = c32.lut[k][e];
@@ -135,49 +132,80 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   const int64_t i = u0 + u;
   const bool unit_ok = i < H;
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H];
-  for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
-    const int k = e / TS_U, uu = e % TS_U;
-    const int64_t j = (k % 3) * H + u0 + uu;
-    wzs[6 * TS_U + e] = u0 + uu < H ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
+  /* R h's per-unit terms: registers (inference) or wzs rows 6-11 (training) */
+  uint32_t rconst_r[3], roff_r[3];
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    rconst_r[k] = !SAVE && unit_ok ? (uint32_t)p.rconst[k * H + i] : 0;
+    roff_r[k] = !SAVE && unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
   }
-  for (int e = tid; e < TS_N; e += TS_THREADS) lens[e] = n0 + e < N ? (int32_t)length_at(c.L, n0 + e, T) : 0;
-  const uint32_t *rconst = wzs + 6 * TS_U + u, *roff = wzs + 9 * TS_U + u;   /* [k TS_U] */
+  if (SAVE) {
+    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
+      const int k = e / TS_U, uu = e % TS_U;
+      const int64_t j = (k % 3) * H + u0 + uu;
+      wzs[6 * TS_U + e] = u0 + uu < H ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
+    }
+    for (int e = tid; e < TS_N; e += TS_THREADS) lens[e] = n0 + e < N ? (int32_t)length_at(c.L, n0 + e, T) : 0;
+  }
+  auto rconst = [&](int k) -> uint32_t { return SAVE ? wzs[(6 + k) * TS_U + u] : rconst_r[k]; };
+  auto roff = [&](int k) -> uint32_t { return SAVE ? wzs[(9 + k) * TS_U + u] : roff_r[k]; };
   int32_t php[RPT], pwx[RPT][3];
+  uint32_t psx[RPT];   /* inference: SX[tn] of the loaded W x rows (fold) */
+  int32_t Ln_r[RPT];   /* inference: valid steps of the rows (T < 2^31); training: lens */
 #pragma unroll
   for (int q = 0; q < RPT; q++) {
     const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
+    Ln_r[q] = !SAVE && n < N ? (int32_t)length_at(c.L, n, T) : 0;
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
-  /* the units' zero-point terms of W x (cuBLASLt's products), in shared memory (wzs). Both
-   * variants fold: in registers (ten live across the step) the training variant spilled
-   * (ptxas: 164 bytes at the 128-register limit) */
+  auto Ln = [&](int q) -> int32_t { return SAVE ? lens[rb + q * (TS_THREADS / TS_U)] : Ln_r[q]; };
+  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise): registers
+   * (inference) or wzs rows 0-5 (training) */
   const bool fold = gp.wx_bc != NULL;
-  __syncthreads();   /* lens */
-  if (fold)
+  uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
+  if (!SAVE && fold && unit_ok) {
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      wbc[k] = (uint32_t)gp.wx_bc[k * H + i];
+      wow[k] = (uint32_t)gp.wx_ow[k * H + i];
+    }
+  }
+  if (SAVE && fold)
     for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
       const int k = e / TS_U, uu = e % TS_U;
       const int64_t j = (k % 3) * H + u0 + uu;
       wzs[e] = u0 + uu < H ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
     }
-  /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait;
-   * the fold's SX[tn] of the block's rows by cp.async into sxs[s & 1] (thread u = 0 of each
-   * row; zeros for a row beyond N or a padded step), its own group, committed before the step's
-   * h groups: step s's first wait (cp_async_wait<TG_KQ - 1>) and barrier cover it */
+  if (SAVE) __syncthreads();   /* lens */
+  /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait.
+   * Training with the fold: SX[tn] of the block's rows by cp.async into sxs[s & 1] (thread u = 0
+   * of each row; zeros for a row beyond N or a padded step), its own group, committed before
+   * step s's h groups: step s's first wait (cp_async_wait<TG_KQ - 1>) and barrier cover it */
   auto load_wx = [&](int64_t s) {
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
       const int r = rb + q * (TS_THREADS / TS_U);
       const int64_t n = n0 + r;
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
-      const bool ok = n < N && s < lens[r];
-      const int64_t tn = ok ? (c.reverse ? lens[r] - 1 - s : s) * N + n : 0;
-      if (unit_ok && ok) {
-        const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
-        pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+      psx[q] = 0;
+      if (!SAVE) {
+        if (unit_ok && n < N && s < Ln(q)) {
+          const int64_t tn = (c.reverse ? Ln(q) - 1 - s : s) * N + n;
+          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+          if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
+        }
+      } else {
+        const bool ok = n < N && s < Ln(q);
+        const int64_t tn = ok ? (c.reverse ? Ln(q) - 1 - s : s) * N + n : 0;
+        if (unit_ok && ok) {
+          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        }
+        if (fold && u == 0) cp_async4(&sxs[SAVE ? s & 1 : 0][SAVE ? r : 0], gp.wx_sx + tn, ok ? 4 : 0);   /* the low word (little-endian) */
       }
-      if (fold && u == 0) cp_async4(&sxs[s & 1][r], gp.wx_sx + tn, ok ? 4 : 0);   /* the low word (little-endian) */
     }
-    if (fold) cp_async_commit();
+    if (SAVE && fold) cp_async_commit();
   };
   /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue), applied where
    * the cells use them: the loads issued a step ahead are not waited for before the arrival */
@@ -185,16 +213,15 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     if (!fold) return;
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
-      const uint32_t sx = sxs[s & 1][rb + q * (TS_THREADS / TS_U)];
+      if (SAVE) {
+        const uint32_t sx = sxs[SAVE ? s & 1 : 0][SAVE ? rb + q * (TS_THREADS / TS_U) : 0];
 #pragma unroll
-      for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wzs[k * TS_U + u] + wzs[(3 + k) * TS_U + u] * sx);
+        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wzs[SAVE ? k * TS_U + u : 0] + wzs[SAVE ? (3 + k) * TS_U + u : 0] * sx);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
+      }
     }
-  };
-  /* R h of one (row, gate row) from the partial tiles, mod 2^32 */
-  auto tile_sum = [&](int o) -> uint32_t {
-    uint32_t v = (uint32_t)tile[o] + (uint32_t)tile[TS_N * TS_ALD + o];
-    if (tile4) v += (uint32_t)tile[2 * TS_N * TS_ALD + o] + (uint32_t)tile[3 * TS_N * TS_ALD + o];
-    return v;
   };
   load_wx(0);
   const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
@@ -275,21 +302,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
     }
     __syncthreads();   /* every product done: the h block becomes the tiles */
-    /* 3. the K groups' sums: four tiles: group k stores tile k (one pass); two tiles: groups 0, 1
-     * store into tiles 0, 1, then groups 2, 3 add */
-    if (tile4) {
-      int32_t *tl = tile + kg * TS_N * TS_ALD;
-#pragma unroll
-      for (int mt = 0; mt < 3; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = wn * 32 + nt * 8 + 2 * tq + (e & 1);
-            tl[col * TS_ALD + row] = acc[mt][nt][e];
-          }
-      __syncthreads();
-    } else for (int pass = 0; pass < 2; pass++) {
+    /* 3. the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
+    for (int pass = 0; pass < 2; pass++) {
       if ((kg >> 1) == pass) {
         int32_t *tl = tile + (kg & 1) * TS_N * TS_ALD;
 #pragma unroll
@@ -316,8 +330,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     if (TG_SKIP == 3) {
     } else if (use32) {
-      int32_t hq[RPT];
-      uint32_t wd[RPT][3];   /* SAVE: the narrow saved words, packed as each cell ends (fewer live registers than the fields) */
+      qg_cell32_out o[RPT];
 #pragma unroll
       for (int q = 0; q < RPT; q++) {
         const int r = rb + q * (TS_THREADS / TS_U);
@@ -327,28 +340,27 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         uint32_t a[3];
 #pragma unroll
         for (int k = 0; k < 3; k++)
-          a[k] = tile_sum(r * TS_ALD + k * TS_U + u) + rconst[k * TS_U] + roff[k * TS_U] * sh;
-        qg_cell32_out o;
-        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o);
-        hq[q] = o.h;
-        if (SAVE) qg_cell_narrow_words(&c.cell, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, wd[q]);
+          a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst(k) +
+                 roff(k) * sh;
+        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[q]);
       }
 #pragma unroll
       for (int q = 0; q < RPT; q++) {
-        const int r = rb + q * (TS_THREADS / TS_U);
-        const int64_t n = n0 + r;
+        const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
         if (!unit_ok || n >= N) continue;
-        if (s >= lens[r]) {   /* padded step (t = s): the state stays, y = 0 */
+        if (s >= Ln(q)) {   /* padded step (t = s): the state stays, y = 0 */
           if (SAVE) zero_cell(c, s, n, i);
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
-          const int64_t t = c.reverse ? lens[r] - 1 - s : s;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(hq[q] - QH.z) * ysc);
+          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[q].h - QH.z) * ysc);
           if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
+            uint32_t wd[3];
+            qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
             uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
-            d[0] = wd[q][0]; d[1] = wd[q][1]; d[2] = wd[q][2];
+            d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
           }
-          php[q] = hq[q];
+          php[q] = o[q].h;
         }
       }
     } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
@@ -359,11 +371,11 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         if (!unit_ok || n >= N) continue;
         const int32_t hp = php[q];
         int32_t hnew = hp;
-        if (s >= lens[r]) {
+        if (s >= Ln(q)) {
           zero_cell(c, s, n, i);
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
-          const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
           uint32_t sh = 0;
 #pragma unroll
           for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
@@ -373,7 +385,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           in.mask = 0;
 #pragma unroll
           for (int k = 0; k < 3; k++) {
-            const uint32_t a = tile_sum(r * TS_ALD + k * TS_U + u) + rconst[k * TS_U] + roff[k * TS_U] * sh;
+            const uint32_t a = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] +
+                               rconst(k) + roff(k) * sh;
             int m;
             in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
             in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
