@@ -103,8 +103,8 @@ namespace cg = cooperative_groups;
 
 /* ================================ W x on cuBLASLt ================================ */
 
-/* The 32-bit mode's W x with single planes, where the GPU-wide recurrence's inference variant
- * (tc_grid_kernel SAVE = 0; the training variant has no registers left for the fold) consumes it: cuBLASLt's
+/* The 32-bit mode's W x with single planes and no observer, where the GPU-wide recurrence
+ * (tc_grid_kernel, inference and training variants) consumes it: cuBLASLt's
  * int8 x int8 -> int32 GEMM (sm90: wgmma / TMA; bench/wx_gemm_bench.cu: 0.127 ms at the large
  * shape against 0.27 for wx_gemm_kernel) writes the plane product D[tn][j] = sum_k PX[tn][k]
  * PW[j][k] (K = the padded Kp: the padding is zeros) into rows of lt_ldc(3H) int32, and
@@ -574,6 +574,11 @@ static size_t ts_smem(int single) {
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
                "r"(bytes)
                : "memory");
 }
@@ -1592,11 +1597,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   g->cell_path_read = a32 ? cell_path_read : NULL;
   const int64_t KpR = small ? sp.Kp : persistent ? pc.Kp : round_up(H, TS_BK), NpH = round_up(N, TS_N);
   /* W x on cuBLASLt (above: the plane product; tc_grid_kernel adds the zero-point terms) where
-   * the GPU-wide recurrence's inference variant consumes the 32-bit mode's accumulators with
-   * single planes (the training variant has no registers left for the terms), else
-   * wx_gemm_kernel; qwx rows of ldq int32 */
+   * the GPU-wide recurrence (inference and training variants) consumes the 32-bit mode's
+   * accumulators with single planes and no observer (wx_gemm_kernel's epilogue gathers its
+   * statistics), else wx_gemm_kernel; qwx rows of ldq int32 */
   int lt_wx = 0;
-  if (grid_rec && !saved && wx_mma && a32 && wpl.n == 1 && xpl.n == 1 && TN > 0 && TN < (1LL << 31))
+  if (grid_rec && !obs && wx_mma && a32 && wpl.n == 1 && xpl.n == 1 && TN > 0 && TN < (1LL << 31))
     QG_CHECK(lt_wx_usable(ctx, fn, H3, TN, round_up(C, WX_BK), &lt_wx));
   const int64_t ldq = lt_wx ? lt_ldc(H3) : H3;
 

@@ -28,9 +28,12 @@
  *      The four rows' cells are one straight-line block (every row computed, stores after), so
  *      their dependent chains interleave; the activation tables sit in shared memory where they
  *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
- * W x comes from cuBLASLt where int_gru.cu could run it (inference, single planes of W and x): the plane
- * products in rows of wx_ld int32, to which load_wx adds the zero-point terms (mod 2^32, the
- * values wx_gemm_kernel's acc_out epilogue writes); else wx_gemm_kernel's accumulators.
+ * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
+ * the plane products in rows of wx_ld int32, to which fold_wx adds the zero-point terms (mod
+ * 2^32, the values wx_gemm_kernel's acc_out epilogue writes) where the cells use them; else
+ * wx_gemm_kernel's accumulators. The inference variant keeps the terms in registers; the
+ * training variant (SAVE = 1, at the 128-register limit) reads them from shared memory: the
+ * units' bconst / offW (wzs) and the rows' SX[tn], copied by cp.async a step ahead (sxs).
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
  * no forced persistent shape, the block's shared memory (R rows + the h block) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
@@ -79,6 +82,13 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t rsum[TG_WARPS_K][TS_N];        /* [K group][batch row]: sums of the h codes (r - base) */
   __shared__ int32_t Ps[(QG_C32_ROWS + 1) * TS_U];  /* [QG_C32_ROWS + 1][TS_U] */
+  /* SAVE = 1 (training) only: per-unit terms [12][TS_U] mod 2^32: the W x fold's bconst[k],
+   * offW[k] (rows 0-5), R h's rconst[k], roff[k] (rows 6-11); the low words of SX[tn] of the
+   * block's rows for steps of parity b ([2][TS_N]); the rows' valid steps ([TS_N]). In shared
+   * memory, not registers live across the step (the fold in registers: 164 bytes of spills) */
+  __shared__ uint32_t wzs[SAVE ? 12 * TS_U : 1];
+  __shared__ uint32_t sxs[SAVE ? 2 : 1][SAVE ? TS_N : 1];
+  __shared__ int32_t lens[SAVE ? TS_N : 1];
   const ts_params &p = gp.t;
   const rec_common &c = p.c;
   const int64_t H = c.H, N = c.N, T = c.T, Kp = p.Kp, Np = p.Np;
@@ -122,56 +132,96 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   const int64_t i = u0 + u;
   const bool unit_ok = i < H;
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H];
-  uint32_t rconst[3], roff[3];
+  /* R h's per-unit terms: registers (inference) or wzs rows 6-11 (training) */
+  uint32_t rconst_r[3], roff_r[3];
 #pragma unroll
   for (int k = 0; k < 3; k++) {
-    rconst[k] = unit_ok ? (uint32_t)p.rconst[k * H + i] : 0;
-    roff[k] = unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
+    rconst_r[k] = !SAVE && unit_ok ? (uint32_t)p.rconst[k * H + i] : 0;
+    roff_r[k] = !SAVE && unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
   }
+  if (SAVE) {
+    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
+      const int k = e / TS_U, uu = e % TS_U;
+      const int64_t j = (k % 3) * H + u0 + uu;
+      wzs[6 * TS_U + e] = u0 + uu < H ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
+    }
+    for (int e = tid; e < TS_N; e += TS_THREADS) lens[e] = n0 + e < N ? (int32_t)length_at(c.L, n0 + e, T) : 0;
+  }
+  auto rconst = [&](int k) -> uint32_t { return SAVE ? wzs[(6 + k) * TS_U + u] : rconst_r[k]; };
+  auto roff = [&](int k) -> uint32_t { return SAVE ? wzs[(9 + k) * TS_U + u] : roff_r[k]; };
   int32_t php[RPT], pwx[RPT][3];
-  uint32_t psx[RPT];   /* SX[tn] of the loaded W x rows (fold) */
-  int32_t Ln[RPT];   /* valid steps of the rows (T < 2^31) */
+  uint32_t psx[RPT];   /* inference: SX[tn] of the loaded W x rows (fold) */
+  int32_t Ln_r[RPT];   /* inference: valid steps of the rows (T < 2^31); training: lens */
 #pragma unroll
   for (int q = 0; q < RPT; q++) {
     const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
-    Ln[q] = n < N ? (int32_t)length_at(c.L, n, T) : 0;
+    Ln_r[q] = !SAVE && n < N ? (int32_t)length_at(c.L, n, T) : 0;
     php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
   }
-  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise) */
-  /* SAVE = 1 (training) never folds (int_gru.cu takes cuBLASLt for inference only): the fold's
-   * ten live registers made that variant spill (ptxas: 164 bytes at the 128-register limit) */
-  const bool fold = !SAVE && gp.wx_bc != NULL;
+  auto Ln = [&](int q) -> int32_t { return SAVE ? lens[rb + q * (TS_THREADS / TS_U)] : Ln_r[q]; };
+  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise): registers
+   * (inference) or wzs rows 0-5 (training) */
+  const bool fold = gp.wx_bc != NULL;
   uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
-  if (fold && unit_ok) {
+  if (!SAVE && fold && unit_ok) {
 #pragma unroll
     for (int k = 0; k < 3; k++) {
       wbc[k] = (uint32_t)gp.wx_bc[k * H + i];
       wow[k] = (uint32_t)gp.wx_ow[k * H + i];
     }
   }
-  /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait */
+  if (SAVE && fold)
+    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
+      const int k = e / TS_U, uu = e % TS_U;
+      const int64_t j = (k % 3) * H + u0 + uu;
+      wzs[e] = u0 + uu < H ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
+    }
+  if (SAVE) __syncthreads();   /* lens */
+  /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait.
+   * Training with the fold: SX[tn] of the block's rows by cp.async into sxs[s & 1] (thread u = 0
+   * of each row; zeros for a row beyond N or a padded step), its own group, committed before
+   * step s's h groups: step s's first wait (cp_async_wait<TG_KQ - 1>) and barrier cover it */
   auto load_wx = [&](int64_t s) {
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
-      const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
+      const int r = rb + q * (TS_THREADS / TS_U);
+      const int64_t n = n0 + r;
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
       psx[q] = 0;
-      if (unit_ok && n < N && s < Ln[q]) {
-        const int64_t tn = (c.reverse ? Ln[q] - 1 - s : s) * N + n;
-        const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
-        pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
-        if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
+      if (!SAVE) {
+        if (unit_ok && n < N && s < Ln(q)) {
+          const int64_t tn = (c.reverse ? Ln(q) - 1 - s : s) * N + n;
+          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+          if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
+        }
+      } else {
+        const bool ok = n < N && s < Ln(q);
+        const int64_t tn = ok ? (c.reverse ? Ln(q) - 1 - s : s) * N + n : 0;
+        if (unit_ok && ok) {
+          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
+          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        }
+        if (fold && u == 0) cp_async4(&sxs[SAVE ? s & 1 : 0][SAVE ? r : 0], gp.wx_sx + tn, ok ? 4 : 0);   /* the low word (little-endian) */
       }
     }
+    if (SAVE && fold) cp_async_commit();
   };
   /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue), applied where
    * the cells use them: the loads issued a step ahead are not waited for before the arrival */
-  auto fold_wx = [&]() {
+  auto fold_wx = [&](int64_t s) {
     if (!fold) return;
 #pragma unroll
-    for (int q = 0; q < RPT; q++)
+    for (int q = 0; q < RPT; q++) {
+      if (SAVE) {
+        const uint32_t sx = sxs[SAVE ? s & 1 : 0][SAVE ? rb + q * (TS_THREADS / TS_U) : 0];
 #pragma unroll
-      for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
+        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wzs[SAVE ? k * TS_U + u : 0] + wzs[SAVE ? (3 + k) * TS_U + u : 0] * sx);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
+      }
+    }
   };
   load_wx(0);
   const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
@@ -275,7 +325,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
      * indexed by clamped codes), so their four dependent chains interleave and the unit's rows
      * of Ps are read once for the four; then the stores. SAVE = 0 (inference): the saved codes
      * and the mask word are dead and the compiler drops their work. */
-    fold_wx();
+    fold_wx(s);
     const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     if (TG_SKIP == 3) {
@@ -290,19 +340,19 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         uint32_t a[3];
 #pragma unroll
         for (int k = 0; k < 3; k++)
-          a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst[k] +
-                 roff[k] * sh;
+          a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst(k) +
+                 roff(k) * sh;
         qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[q]);
       }
 #pragma unroll
       for (int q = 0; q < RPT; q++) {
         const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
         if (!unit_ok || n >= N) continue;
-        if (s >= Ln[q]) {   /* padded step (t = s): the state stays, y = 0 */
+        if (s >= Ln(q)) {   /* padded step (t = s): the state stays, y = 0 */
           if (SAVE) zero_cell(c, s, n, i);
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
-          const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
+          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
           c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[q].h - QH.z) * ysc);
           if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
             uint32_t wd[3];
@@ -321,11 +371,11 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         if (!unit_ok || n >= N) continue;
         const int32_t hp = php[q];
         int32_t hnew = hp;
-        if (s >= Ln[q]) {
+        if (s >= Ln(q)) {
           zero_cell(c, s, n, i);
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
-          const int64_t t = c.reverse ? Ln[q] - 1 - s : s;
+          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
           uint32_t sh = 0;
 #pragma unroll
           for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
@@ -336,7 +386,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
 #pragma unroll
           for (int k = 0; k < 3; k++) {
             const uint32_t a = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] +
-                               rconst[k] + roff[k] * sh;
+                               rconst(k) + roff(k) * sh;
             int m;
             in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
             in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);

@@ -923,11 +923,11 @@ describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kerne
       end },
     { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64,
       exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias outside the 32-bit bounds: the general cell for it" },
-    -- W x: with int8 W and x the grid kernel's inference forward takes cuBLASLt's plane
-    -- products and adds the zero-point terms bconst[j] + offW[j] SX[tn] itself (int_gru.cu "W x
-    -- on cuBLASLt"); its training forward and the forced shape's tc_step_kernel keep
-    -- wx_gemm_kernel (the terms in its epilogue). Asymmetric unsigned W and x make both
-    -- terms non-zero; T N and C odd (partial tiles, Kp padding), 3H = 3090 not a multiple of 8
+    -- W x: with int8 W and x the grid kernel's inference and training forwards take cuBLASLt's
+    -- plane products and add the zero-point terms bconst[j] + offW[j] SX[tn] themselves
+    -- (int_gru.cu "W x on cuBLASLt"; SX staged in shared memory by cp.async a step ahead); the
+    -- forced shape's tc_step_kernel keeps wx_gemm_kernel (the terms in its epilogue). Asymmetric
+    -- unsigned W and x make both terms non-zero; T N and C odd (partial tiles, Kp padding), 3H = 3090 not a multiple of 8
     -- (qwx rows padded to 3096); C % 4 == 0 takes the four-column x quantization.
     { seed = 64, T = 3, N = 33, C = 37, H = 1030, h0 = true, lengths = true, want = lib.QG_CELL_32,
       name = "unsigned asymmetric W and x: both zero-point terms of W x, odd T N and C",
