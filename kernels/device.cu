@@ -101,6 +101,7 @@ extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
   if (ctx->stream) cudaStreamSynchronize((cudaStream_t)ctx->stream);
   if (ctx->aux_stream) cudaStreamSynchronize((cudaStream_t)ctx->aux_stream);
   qg_cuda_gru_release(ctx);
+  qg_cuda_int_gru_release(ctx);
   for (int i = 0; i < 2; i++)
     if (ctx->blas_ws[i]) { cudaFree(ctx->blas_ws[i]); ctx->blas_ws[i] = NULL; }
   if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);

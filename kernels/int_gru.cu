@@ -95,7 +95,7 @@
 
 #include <cooperative_groups.h>
 #include <cublasLt.h>
-#include <mutex>
+#include <stdlib.h>
 #include <string.h>
 #include <type_traits>
 
@@ -112,37 +112,48 @@ namespace cg = cooperative_groups;
  * exactly what wx_gemm_kernel's acc_out epilogue writes). The handle is the context's cuBLAS
  * handle (a cublasHandle_t is a valid cublasLtHandle_t), the workspace its cuBLAS workspace (the
  * same stream: the calls are ordered), the descriptors are initialized in place (no allocation)
- * and, with the algorithm of the heuristic, cached per device and size below: nothing is created
- * per call, and the call can be captured in a CUDA graph. A size cuBLASLt has no algorithm for
- * keeps wx_gemm_kernel. */
+ * and, with the algorithm of the heuristic, cached by size in the context (ctx->lt_plans, one
+ * host allocation at the first use, released with the context): nothing is created per call, and
+ * the call can be captured in a CUDA graph. A size cuBLASLt has no algorithm for keeps
+ * wx_gemm_kernel. A context is used by one thread at a time (as every qg_ctx), so the cache takes
+ * no lock. */
 enum { LT_CACHE = 16 };
 static const size_t LT_WORKSPACE = (size_t)4 << 20;   /* within the context's cuBLAS workspace (32 MiB, device.cu) */
 
 struct lt_plan {
-  int used, dev, ok;
+  int used, ok;
   int64_t M, N, K, ldc;
   cublasLtMatmulDescOpaque_t op;
   cublasLtMatrixLayoutOpaque_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
 };
-static lt_plan lt_plans[LT_CACHE];
-static int lt_next;
-static std::mutex lt_mutex;
+struct lt_cache {
+  lt_plan plans[LT_CACHE];
+  int next;   /* the slot the next new size replaces (round robin) */
+};
+
+extern "C" void qg_cuda_int_gru_release(qg_ctx *ctx) {
+  free(ctx->lt_plans);
+  ctx->lt_plans = NULL;
+}
 
 /* row stride of the cuBLASLt output (32-byte rows) */
 static inline int64_t lt_ldc(int64_t H3) { return round_up(H3, 8); }
 
-/* The cached plan of D [N][ldc] = X [N][K] W [M][K]^T on device dev (lt_mutex held); ok = 0 where
- * cuBLASLt has no algorithm for it. */
-static lt_plan *lt_plan_of(qg_ctx *ctx, int dev, int64_t M, int64_t N, int64_t K, int64_t ldc) {
+/* The context's cached plan of D [N][ldc] = X [N][K] W [M][K]^T (*out->ok = 0 where cuBLASLt has
+ * no algorithm for it). */
+static qg_status lt_plan_of(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, int64_t ldc, lt_plan **out) {
+  if (!ctx->lt_plans && !(ctx->lt_plans = calloc(1, sizeof(lt_cache))))
+    return qg_fail(ctx, QG_ERR_MEMORY, fn, "cannot allocate the cuBLASLt plan cache (%zu bytes)", sizeof(lt_cache));
+  lt_cache *c = (lt_cache *)ctx->lt_plans;
   for (int i = 0; i < LT_CACHE; i++) {
-    lt_plan *p = &lt_plans[i];
-    if (p->used && p->dev == dev && p->M == M && p->N == N && p->K == K && p->ldc == ldc) return p;
+    lt_plan *p = &c->plans[i];
+    if (p->used && p->M == M && p->N == N && p->K == K && p->ldc == ldc) { *out = p; return QG_OK; }
   }
-  lt_plan *p = &lt_plans[lt_next];
-  lt_next = (lt_next + 1) % LT_CACHE;
+  lt_plan *p = &c->plans[c->next];
+  c->next = (c->next + 1) % LT_CACHE;
   memset(p, 0, sizeof *p);
-  p->used = 1; p->dev = dev; p->M = M; p->N = N; p->K = K; p->ldc = ldc;
+  p->used = 1; p->M = M; p->N = N; p->K = K; p->ldc = ldc;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   cublasLtMatmulPreferenceOpaque_t pref;
   size_t wsz = ctx->blas_ws[0] ? LT_WORKSPACE : 0;
@@ -161,24 +172,22 @@ static lt_plan *lt_plan_of(qg_ctx *ctx, int dev, int64_t M, int64_t N, int64_t K
           cublasLtMatmulAlgoGetHeuristic(h, &p->op, &p->la, &p->lb, &p->lc, &p->lc, &pref, 1, &res, &n) == CUBLAS_STATUS_SUCCESS &&
           n >= 1 && res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= wsz;
   if (p->ok) p->algo = res.algo;
-  return p;
+  *out = p;
+  return QG_OK;
 }
 
 /* Whether cuBLASLt has an algorithm for this W x (M = 3H, N = T N, K = Kp). */
 static qg_status lt_wx_usable(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, int *ok) {
-  int dev;
-  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(lt_mutex);
-  *ok = lt_plan_of(ctx, dev, M, N, K, lt_ldc(M))->ok;
+  lt_plan *p;
+  QG_CHECK(lt_plan_of(ctx, fn, M, N, K, lt_ldc(M), &p));
+  *ok = p->ok;
   return QG_OK;
 }
 
 /* Enqueues D = X W^T on the context's stream (a size lt_wx_usable accepted). */
 static qg_status lt_wx_run(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, const int8_t *W, const int8_t *X, int32_t *D) {
-  int dev;
-  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(lt_mutex);
-  lt_plan *p = lt_plan_of(ctx, dev, M, N, K, lt_ldc(M));
+  lt_plan *p;
+  QG_CHECK(lt_plan_of(ctx, fn, M, N, K, lt_ldc(M), &p));
   if (!p->ok) return qg_fail(ctx, QG_ERR_DEVICE, fn, "cuBLASLt: no int8 algorithm for %lld x %lld x %lld", (long long)M, (long long)N, (long long)K);
   const int32_t one = 1, zero = 0;
   const cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)qg_cuda_blas(ctx), &p->op, &one, W, &p->la, X, &p->lb, &zero, D, &p->lc, D,
