@@ -601,16 +601,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 __global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const int32_t *eW, int32_t *P, int32_t *flag) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = c.H;
   if (i >= H) return;
-  int ew[3], er[3], ebx[3], ebr[3];
-  int64_t bx[3], br[3];
-  for (int k = 0; k < 3; k++) {
-    const int64_t j = k * H + i;
-    ew[k] = eW[j]; er[k] = c.eR[j];
-    ebx[k] = c.bxe[j]; ebr[k] = c.bre[j];
-    bx[k] = (int64_t)c.bxc[j] - c.bxz[j];
-    br[k] = (int64_t)c.brc[j] - c.brz[j];
-  }
-  const int ok = qg_cell32_unit(P, H, i, &c.cell, ew, er, bx, ebx, br, ebr);
+  const int ok = cell32_unit_rows(P, H, i, &c.cell, H, i, eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
   /* a unit outside the bounds: qg_cell32_unit returned before writing all its rows; tc_step_kernel
    * still stages every row of its block's units (and runs the general cell for this one), so the
    * rest is defined here (compute-sanitizer initcheck: uninitialized workspace reads otherwise) */
@@ -1033,17 +1024,7 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
   }
   /* activation tables */
   qg_cell_q q = c.cell;
-  if (p.lut_smem) {
-    int32_t *lut = (int32_t *)(smem + p.off_lut);
-    int64_t o = 0;
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t n = 2 * q.lut_n[k];
-      for (int64_t e = tid; e < n; e += nthr) lut[o + e] = c.cell.lut[k][e];
-      q.lut[k] = lut + o;
-      o += n;
-    }
-  }
+  if (p.lut_smem) cell_luts_to_smem(&q, (int32_t *)(smem + p.off_lut), tid, nthr);
   for (int64_t e = tid; e < 2 * hbuf / 16; e += nthr) ((int4 *)Hs)[e] = make_int4(0, 0, 0, 0);
   for (int e = tid; e < 2 * CS * NB; e += nthr) part[e] = 0;
   const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit, Mps = Mp + 4;
@@ -1098,17 +1079,7 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
   int32_t *Ps = (int32_t *)(smem + p.off_P);   /* [QG_C32_ROWS][U] */
   int use32 = 1;
   if (A32 && active && nl == 0) {
-    int ew[3], er[3], ebx[3], ebr[3];
-    int64_t bx[3], br[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t j = k * H + i;
-      ew[k] = p.eW[j]; er[k] = c.eR[j];
-      ebx[k] = c.bxe[j]; ebr[k] = c.bre[j];
-      bx[k] = (int64_t)c.bxc[j] - c.bxz[j];
-      br[k] = (int64_t)c.brc[j] - c.brz[j];
-    }
-    use32 = qg_cell32_unit(Ps, U, u, &q, ew, er, bx, ebx, br, ebr);
+    use32 = cell32_unit_rows(Ps, U, u, &q, H, i, p.eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
     if (!use32) *p.c32_flag = 1;
   }
   /* one loop per CTA: the 32-bit one where every unit of the CTA is within the bounds */

@@ -117,13 +117,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   c32.H = TS_U;
   if (gp.lut_smem) {   /* the tables after the h block / tiles (tg_smem) */
     const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
-    int32_t *ls = (int32_t *)(smem + (size_t)TS_M * rld + (hb > tiles ? hb : tiles));
-    for (int k = 0; k < 3; k++) {
-      const int n = 2 * c32.lut_n[k];
-      for (int e = tid; e < n; e += TS_THREADS) ls[e] = c32.lut[k][e];
-      c32.lut[k] = ls;
-      ls += n;
-    }
+    cell_luts_to_smem(&c32, (int32_t *)(smem + (size_t)TS_M * rld + (hb > tiles ? hb : tiles)), tid, TS_THREADS);
   }
 
   /* this thread's cells: unit u, rows rb + 16 q; their previous codes stay in registers */

@@ -138,17 +138,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
       Rr[g][w] = mu < H ? ((const uint32_t *)(p.Rp + ((int64_t)g * H + mu) * p.Kp))[ms * KW + w] : 0u;
   for (int e = tid; e < 2 * NB * Hp / 16; e += nthr) ((int4 *)hb)[e] = make_int4(0, 0, 0, 0);
   qg_cell_q q = p.cell;
-  if (p.lut_smem) {
-    int32_t *lut = (int32_t *)(smem + p.off_lut);
-    int64_t o = 0;
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t n = 2 * q.lut_n[k];
-      for (int64_t e = tid; e < n; e += nthr) lut[o + e] = p.cell.lut[k][e];
-      q.lut[k] = lut + o;
-      o += n;
-    }
-  }
+  if (p.lut_smem) cell_luts_to_smem(&q, (int32_t *)(smem + p.off_lut), tid, nthr);
   __syncthreads();
   /* h0's plane (buffer 0) */
   const int32_t *hq0 = isk_h_at(p, 0);
@@ -174,17 +164,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
   /* the rows of the 32-bit cell of every unit (lane 0 of each unit), then this thread's in registers */
   int use32 = 1;
   if (ms == 0 && mu < H) {
-    int ew[3], er[3], ebx[3], ebr[3];
-    int64_t bx[3], br[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t j = k * H + i;
-      ew[k] = p.eW[j]; er[k] = p.eR[j];
-      ebx[k] = p.bxe[j]; ebr[k] = p.bre[j];
-      bx[k] = (int64_t)p.bxc[j] - p.bxz[j];
-      br[k] = (int64_t)p.brc[j] - p.brz[j];
-    }
-    use32 = qg_cell32_unit(Ps, H, i, &q, ew, er, bx, ebx, br, ebr);
+    use32 = cell32_unit_rows(Ps, H, i, &q, H, i, p.eW, p.eR, p.bxc, p.bxz, p.bxe, p.brc, p.brz, p.bre);
     if (!use32) *p.c32_flag = 1;
   }
   use32 = __syncthreads_and(use32);   /* also publishes h0's plane and Ps */
@@ -382,17 +362,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
 
   for (int e = tid; e < 2 * Hp / 16; e += nthr) ((int4 *)hb)[e] = make_int4(0, 0, 0, 0);
   qg_cell_q q = p.cell;
-  if (p.lut_smem) {
-    int32_t *lut = (int32_t *)(smem + p.off_lut);
-    int64_t o = 0;
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t m = 2 * q.lut_n[k];
-      for (int64_t e = tid; e < m; e += nthr) lut[o + e] = p.cell.lut[k][e];
-      q.lut[k] = lut + o;
-      o += m;
-    }
-  }
+  if (p.lut_smem) cell_luts_to_smem(&q, (int32_t *)(smem + p.off_lut), tid, nthr);
   __syncthreads();
   const int32_t *hq0 = isk_h_at(p, 0);
   for (int64_t e = tid; e < H; e += nthr)
@@ -402,17 +372,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const qg_qp QH = q.a[QG_Q_OUTPUT_H];
   int use32 = 1;
   if (!rg && mu < H) {
-    int ew[3], er[3], ebx[3], ebr[3];
-    int64_t bx[3], br[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      const int64_t j = k * H + i;
-      ew[k] = p.eW[j]; er[k] = p.eR[j];
-      ebx[k] = p.bxe[j]; ebr[k] = p.bre[j];
-      bx[k] = (int64_t)p.bxc[j] - p.bxz[j];
-      br[k] = (int64_t)p.brc[j] - p.brz[j];
-    }
-    use32 = qg_cell32_unit(Ps, H, i, &q, ew, er, bx, ebx, br, ebr);
+    use32 = cell32_unit_rows(Ps, H, i, &q, H, i, p.eW, p.eR, p.bxc, p.bxz, p.bxe, p.brc, p.brz, p.bre);
     if (!use32) *p.c32_flag = 1;
   }
   use32 = __syncthreads_and(use32);   /* also publishes h0's plane and Ps */
