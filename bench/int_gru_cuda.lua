@@ -5,7 +5,7 @@
 -- overhead included), after `warm` calls; "enq" is the host time of the call alone (enqueueing),
 -- and the T=1 row of each shape shows the fixed cost (per-step cost = (t_T - t_1) / (T - 1)).
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_cuda.lua [reps] [device] [warm]
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
 local nn, quant = qgru.nn, qgru.quant
@@ -18,26 +18,8 @@ local warm = tonumber(arg[3]) or 3
 local SHAPES = { { T = 50, N = 32, C = 64, H = 128 }, { T = 100, N = 64, C = 256, H = 512 } }
 
 local function check(ctx, st) clib.check(ctx, st, 2) end
-
-local function layer_on(d, lq, C, H)
-  local ctx = clib.context(d)
-  local out = ffi.new("qg_int_gru*[1]")
-  check(ctx, lib.qg_int_gru_create(ctx, out, C, H))
-  local h = ffi.gc(out[0], lib.qg_int_gru_free)
-  for _, q in pairs(lq:quantizers()) do
-    if q.per_channel then
-      check(ctx, lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
-    else
-      check(ctx, lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
-    end
-  end
-  return h
-end
-
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
+local util = require("int_gru_util")
+local median = util.median
 
 local function time(ctx, f)
   for _ = 1, warm do f() end
@@ -72,7 +54,7 @@ for _, s in ipairs(all) do
   local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
   local y = Tensor.new({ s.T, s.N, s.H }, "f32", dev)
   local hn = Tensor.new({ s.N, s.H }, "f32", dev)
-  local h = layer_on(dev, lq, s.C, s.H)
+  local h = util.layer_on(clib.context(dev), lq, s.C, s.H)
   local sv = { hq = Tensor.new({ s.T + 1, s.N, s.H }, "i32", dev), cell = Tensor.new({ s.T, s.N, s.H, lib.qg_int_gru_cell_bytes(h) }, "u8", dev),
                xq = Tensor.new({ s.T, s.N, s.C }, "i32", dev), xmask = Tensor.new({ s.T, s.N, s.C }, "u8", dev) }
   local saved = ffi.new("qg_int_gru_saved")

@@ -8,7 +8,7 @@
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_large.lua [reps] [warm] [T N C H] [variants]
 -- variants: comma-separated subset of grid,step (default both); reps 1 warm 0 for profilers;
 -- a last argument "infer" times the inference forwards only.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
 local nn, quant = qgru.nn, qgru.quant
@@ -24,26 +24,8 @@ local infer_only = arg[8] == "infer"
 local dev = "cuda"
 
 local function check(ctx, st) clib.check(ctx, st, 2) end
-
-local function layer_on(lq)
-  local ctx = clib.context(dev)
-  local out = ffi.new("qg_int_gru*[1]")
-  check(ctx, lib.qg_int_gru_create(ctx, out, C, H))
-  local h = ffi.gc(out[0], lib.qg_int_gru_free)
-  for _, q in pairs(lq:quantizers()) do
-    if q.per_channel then
-      check(ctx, lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
-    else
-      check(ctx, lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
-    end
-  end
-  return h
-end
-
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
+local util = require("int_gru_util")
+local median = util.median
 
 local ctx = clib.context(dev)
 local function time(f)
@@ -66,7 +48,7 @@ quant.prepare(gru, quant.uniform(8))
 quant.calibrate(gru, { qgru.zeros({ 4, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
 local lq, w = gru.qstate.layers[0], gru.weights[0][0]
 local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
-local h = layer_on(lq)
+local h = util.layer_on(clib.context(dev), lq, C, H)
 
 local function run(Ts)
   local x = qgru.zeros({ Ts, N, C }):uniform(-1, 1):to(dev)

@@ -9,7 +9,7 @@
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_small.lua [reps] [shape name] [auto]
 -- (a shape name: that shape only; "auto": the auto variant only, e.g. under ncu; "quick": auto,
 -- one row with one and two lanes per unit, and the two-role variant (storage 5))
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
 local nn, quant = qgru.nn, qgru.quant
@@ -29,25 +29,8 @@ local SHAPES = {
 }
 local ctx = clib.context("cuda")
 local function check(st) clib.check(ctx, st, 2) end
-
-local function layer_on(lq, C, H)
-  local out = ffi.new("qg_int_gru*[1]")
-  check(lib.qg_int_gru_create(ctx, out, C, H))
-  local h = ffi.gc(out[0], lib.qg_int_gru_free)
-  for _, q in pairs(lq:quantizers()) do
-    if q.per_channel then
-      check(lib.qg_int_gru_set_weight_quant(ctx, h, q.slot, q.bitwidth, q.is_unsigned and 1 or 0, q.exps.t, q.zps.t))
-    else
-      check(lib.qg_int_gru_set_act(ctx, h, q.slot, ffi.new("qg_qspec", q.bitwidth, q.is_unsigned and 1 or 0, q.e, q.z)))
-    end
-  end
-  return h
-end
-
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
+local util = require("int_gru_util")
+local median = util.median
 
 local function time(f)
   for _ = 1, 3 do f() end
@@ -81,7 +64,7 @@ for _, s in ipairs(SHAPES) do
   local W, R, bx, br = w.W:to("cuda"), w.R:to("cuda"), w.bx:to("cuda"), w.br:to("cuda")
   local y = Tensor.new({ s.T, s.N, s.H }, "f32", "cuda")
   local hn = Tensor.new({ s.N, s.H }, "f32", "cuda")
-  local h = layer_on(lq, s.C, s.H)
+  local h = util.layer_on(ctx, lq, s.C, s.H)
   local sv = { hq = Tensor.new({ s.T + 1, s.N, s.H }, "i32", "cuda"), cell = Tensor.new({ s.T, s.N, s.H, lib.qg_int_gru_cell_bytes(h) }, "u8", "cuda"),
                xq = Tensor.new({ s.T, s.N, s.C }, "i32", "cuda"), xmask = Tensor.new({ s.T, s.N, s.C }, "u8", "cuda") }
   local saved = ffi.new("qg_int_gru_saved")

@@ -383,6 +383,28 @@ __device__ __forceinline__ void ws_issue(const bwd_params &p, int64_t u, int n, 
   cp_async_commit();
 }
 
+/* The matrix-vector share of bwd_ws_kernel and bwd_ws3_kernel: lane ms of unit mu's S lanes forms
+ * sum_j dq[j] R~[j][mu] over its KPT entries of R~ (registers Rr) against qb[ms KPT ..] in four
+ * FMA chains in a fixed order, the chains summed pairwise, then the butterfly over the S lanes
+ * (group_sum); lane 0 writes sums[mu]. */
+template <int KPT>
+__device__ __forceinline__ void ws_dot(const float (&Rr)[KPT], const float *qb, int ms, int S, int mu, int64_t H, float *sums) {
+  float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float *qr = qb + ms * KPT;
+#pragma unroll
+  for (int i = 0; i < KPT; i += 4) {
+    const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
+    float v = ch[(i / 4) % 4];
+    v = fmaf(Rr[i], q4.x, v);
+    v = fmaf(Rr[i + 1], q4.y, v);
+    v = fmaf(Rr[i + 2], q4.z, v);
+    v = fmaf(Rr[i + 3], q4.w, v);
+    ch[(i / 4) % 4] = v;
+  }
+  float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
+  group_sum(acc, S);
+  if (ms == 0 && mu < H) sums[mu] = acc[0];
+}
 /* Step u's values from its ring slot (its group complete). */
 __device__ __forceinline__ void ws_prepare(const bwd_params &p, int64_t u, int i, int64_t Ln, const uint32_t *ring, step_vals &o) {
   if (u < 0 || u >= Ln) return;
@@ -448,21 +470,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
     }
     __syncthreads();
     if (mvr) {
-      float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const float *qr = qb + ms * KPT;
-#pragma unroll
-      for (int i = 0; i < KPT; i += 4) {
-        const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
-        float v = ch[(i / 4) % 4];
-        v = fmaf(Rr[i], q4.x, v);
-        v = fmaf(Rr[i + 1], q4.y, v);
-        v = fmaf(Rr[i + 2], q4.z, v);
-        v = fmaf(Rr[i + 3], q4.w, v);
-        ch[(i / 4) % 4] = v;
-      }
-      float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
-      group_sum(acc, S);
-      if (ms == 0 && mu < H) sums[mu] = acc[0];
+      ws_dot<KPT>(Rr, qb, ms, S, mu, H, sums);
     } else if (pact) {   /* off the dependent chain: step s's outputs and bias sums, step s - 1's values, later steps' copies */
       ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);
       float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
@@ -586,21 +594,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(co
       }
     } else {
       named_barrier(1, nab);
-      float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const float *qr = qb + ms * KPT;
-#pragma unroll
-      for (int i = 0; i < KPT; i += 4) {
-        const float4 q4 = *reinterpret_cast<const float4 *>(qr + i);
-        float v = ch[(i / 4) % 4];
-        v = fmaf(Rr[i], q4.x, v);
-        v = fmaf(Rr[i + 1], q4.y, v);
-        v = fmaf(Rr[i + 2], q4.z, v);
-        v = fmaf(Rr[i + 3], q4.w, v);
-        ch[(i / 4) % 4] = v;
-      }
-      float acc[1] = {(ch[0] + ch[1]) + (ch[2] + ch[3])};
-      group_sum(acc, S);
-      if (ms == 0 && mu < H) sums[mu] = acc[0];
+      ws_dot<KPT>(Rr, qb, ms, S, mu, H, sums);
     }
     named_barrier(2, nth);
   }
