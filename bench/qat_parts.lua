@@ -3,8 +3,9 @@
 -- enqueues, median of `reps` after `warm`), beside the float model's, in each math mode. The
 -- train step of recipes/bench.lua is forward + backward (no optimizer).
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/qat_parts.lua [reps] [warm] [T N C H] [modes]
--- modes: comma-separated subset of tf32,strict (default both); a last argument "int8" skips the
--- float model. reps 1 warm 0 for a profiler.
+-- modes: comma-separated subset of tf32,strict (default both); an eighth argument "int8" skips the
+-- float model; a ninth, a kernel path ("auto", "persistent", "fallback"; qgru.setKernelPath), sets
+-- the recurrences of both passes. reps 1 warm 0 for a profiler.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local qgru = require("qgru")
 local nn, quant = qgru.nn, qgru.quant
@@ -16,6 +17,7 @@ local T, N, C, H = tonumber(arg[3]) or 100, tonumber(arg[4]) or 256, tonumber(ar
 local modes = {}
 for v in (arg[7] or "tf32,strict"):gmatch("[^,]+") do modes[#modes + 1] = v end
 local int8_only = arg[8] == "int8"
+if arg[9] then qgru.setKernelPath(arg[9]) end
 
 local function median(t)
   table.sort(t)
