@@ -180,19 +180,29 @@ local function inputs(c, w)
   return inp
 end
 
--- The reference quantizers of qref from a LayerQuant.
-local function ref_quantizers(lq)
-  local A, Wq = {}, {}
-  for op, q in pairs(lq:quantizers()) do
-    local e, z = q:get()
-    if q.per_channel then
-      Wq[({ ["weight.W"] = "W", ["weight.R"] = "R", ["weight.bw"] = "bx", ["weight.br"] = "br" })[op]] =
-        { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
-    else
-      A[op] = { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
+-- The CPU's training forward of case c on inputs inp, the reference of the GPU runs, after two
+-- checks of the CPU itself: its inference y equals its training y, and (c.qref) its codes of every
+-- step equal the independent Lua reference's (tests/lua/qref.lua; no lengths there).
+local function cpu_reference(c, lq, w, inp, exp_over)
+  local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
+  local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
+  same(ref_inf.y, ref.y, "CPU inference y vs training y")
+  if c.qref then
+    local A, Wq = U.qref_quantizers(lq)
+    local F = R.layer(A, Wq, { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }, inp.x:totable(),
+                      inp.h0 and inp.h0:totable() or nil, c.reverse)
+    local hq = ref.hq:totable()
+    for s = 0, c.T do
+      for n = 1, c.N do
+        for i = 1, c.H do
+          if hq[s + 1][n][i] ~= F.hq[s][n][i] then
+            error(string.format("step %d row %d unit %d: CPU code %d, reference %d", s, n, i, hq[s + 1][n][i], F.hq[s][n][i]))
+          end
+        end
+      end
     end
   end
-  return A, Wq
+  return ref
 end
 
 local CASES = {
@@ -272,24 +282,7 @@ describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
     it(label, function()
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or random_config(c.seed), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
-      local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, true)
-      local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H), inp, false)
-      same(ref_inf.y, ref.y, "CPU inference y vs training y")
-      if c.qref then   -- the CPU against the independent reference (no lengths there)
-        local A, Wq = ref_quantizers(lq)
-        local F = R.layer(A, Wq, { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }, inp.x:totable(),
-                          inp.h0 and inp.h0:totable() or nil, c.reverse)
-        local hq = ref.hq:totable()
-        for s = 0, c.T do
-          for n = 1, c.N do
-            for i = 1, c.H do
-              if hq[s + 1][n][i] ~= F.hq[s][n][i] then
-                error(string.format("step %d row %d unit %d: CPU code %d, reference %d", s, n, i, hq[s + 1][n][i], F.hq[s][n][i]))
-              end
-            end
-          end
-        end
-      end
+      local ref = cpu_reference(c, lq, w, inp)
       for _, path in ipairs({ "fallback", "persistent" }) do
         with_path(path, function()
           local hg = layer_on("cuda", lq, c.C, c.H)
@@ -650,9 +643,7 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
   }
   local function compare(c, lq, w, exp_over, want_path)
     local inp = inputs(c, w)
-    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
-    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
-    same(ref_inf.y, ref.y, "CPU inference y vs training y")
+    local ref = cpu_reference(c, lq, w, inp, exp_over)
     for _, path in ipairs({ "auto", "persistent" }) do
       with_path(path, function()
         local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
@@ -713,9 +704,7 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
   }
   local function compare_step(c, lq, w, exp_over, want_path)
     local inp = inputs(c, w)
-    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
-    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
-    same(ref_inf.y, ref.y, "CPU inference y vs training y")
+    local ref = cpu_reference(c, lq, w, inp, exp_over)
     local gpu_ctx = clib.context("cuda")
     check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, 1, 0, 0))
     local ok, err = pcall(function()
@@ -809,24 +798,7 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
   end
   local function compare(c, lq, w, exp_over, want_path)
     local inp = inputs(c, w)
-    local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, true)
-    local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, exp_over), inp, false)
-    same(ref_inf.y, ref.y, "CPU inference y vs training y")
-    if c.qref then   -- the CPU against the independent reference (no lengths there)
-      local A, Wq = ref_quantizers(lq)
-      local F = R.layer(A, Wq, { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }, inp.x:totable(),
-                        inp.h0 and inp.h0:totable() or nil, c.reverse)
-      local hq = ref.hq:totable()
-      for s = 0, c.T do
-        for n = 1, c.N do
-          for i = 1, c.H do
-            if hq[s + 1][n][i] ~= F.hq[s][n][i] then
-              error(string.format("step %d row %d unit %d: CPU code %d, reference %d", s, n, i, hq[s + 1][n][i], F.hq[s][n][i]))
-            end
-          end
-        end
-      end
-    end
+    local ref = cpu_reference(c, lq, w, inp, exp_over)
     forced(c, function()
       with_path("persistent", function()
         local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
@@ -956,9 +928,7 @@ describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kerne
                      c.name and (" (" .. c.name .. ")") or ""), function()
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
-      local ref = forward("cpu", layer_on("cpu", lq, c.C, c.H, c.exp_over), inp, true)
-      local ref_inf = forward("cpu", layer_on("cpu", lq, c.C, c.H, c.exp_over), inp, false)
-      same(ref_inf.y, ref.y, "CPU inference y vs training y")
+      local ref = cpu_reference(c, lq, w, inp, c.exp_over)
       local gpu_ctx = clib.context("cuda")
       for _, run in ipairs({ { path = "auto" }, { path = "persistent" }, { path = "auto", shape = true } }) do
         local what = run.path .. (run.shape and " (forced shape: tc_step_kernel)" or " (tc_grid_kernel)")

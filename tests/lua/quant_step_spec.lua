@@ -33,20 +33,6 @@ local function random_config(seed)
   return quant.fromTable(qgru.json.decode(qgru.json.encode({ GRU_config = { operator_config = oc } })), "random" .. seed)
 end
 
-local function ref_quantizers(lq)
-  local A, Wq = {}, {}
-  for op, q in pairs(lq:quantizers()) do
-    local e, z = q:get()
-    if q.per_channel then
-      Wq[({ ["weight.W"] = "W", ["weight.R"] = "R", ["weight.bw"] = "bx", ["weight.br"] = "br" })[op]] =
-        { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
-    else
-      A[op] = { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
-    end
-  end
-  return A, Wq
-end
-
 local function weights_of(gru, l, d)
   local w = gru.weights[l][d]
   return { W = w.W:totable(), R = w.R:totable(), bx = w.bx:totable(), br = w.br:totable() }
@@ -92,7 +78,7 @@ describe("integer GRU step: C == independent Lua reference, bit for bit", functi
         for t = 1, c.T do out[t] = {} for n = 1, c.N do out[t][n] = {} end end
         for d = 0, D - 1 do
           local lq = gru.qstate.layers[l * D + d]
-          local A, Wq = ref_quantizers(lq)
+          local A, Wq = U.qref_quantizers(lq)
           for _, q in pairs(A) do bits_seen[q.bits] = true end
           local F = R.layer(A, Wq, weights_of(gru, l, d), inp, h0t and h0t[l * D + d + 1] or nil, d == 1)
           -- output.h codes of every step
@@ -131,7 +117,7 @@ describe("STE backward == float64 reference of section 4 (same masks)", function
       local dx_ref
       for d = 0, D - 1 do
         local lq = gru.qstate.layers[d]
-        local A, Wq = ref_quantizers(lq)
+        local A, Wq = U.qref_quantizers(lq)
         local F = R.layer(A, Wq, weights_of(gru, 0, d), x:totable(), h0 and h0:totable()[d + 1] or nil, d == 1)
         local dy = {}
         for t = 1, T do dy[t] = {} for n = 1, N do dy[t][n] = {} for i = 1, H do dy[t][n][i] = Gt[t][n][d * H + i] end end end

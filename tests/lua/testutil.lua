@@ -143,4 +143,21 @@ function M.read_bytes(path)
   return s
 end
 
+-- The quantizers of a prepared, calibrated layer (lq: quant's LayerQuant) in the form of the
+-- independent reference (tests/lua/qref.lua): activations A[op] and weights Wq[W|R|bx|br], each
+-- { bits, uns, e, z } (per-channel e, z for the weights).
+function M.qref_quantizers(lq)
+  local A, Wq = {}, {}
+  for op, q in pairs(lq:quantizers()) do
+    local e, z = q:get()
+    if q.per_channel then
+      Wq[({ ["weight.W"] = "W", ["weight.R"] = "R", ["weight.bw"] = "bx", ["weight.br"] = "br" })[op]] =
+        { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
+    else
+      A[op] = { bits = q.bitwidth, uns = q.is_unsigned, e = e, z = z }
+    end
+  end
+  return A, Wq
+end
+
 return M
