@@ -235,6 +235,39 @@ __device__ __forceinline__ void mma_s8(int32_t *d, const uint32_t *a, const uint
 
 __device__ __forceinline__ uint32_t lds32(const int8_t *p) { return *(const uint32_t *)p; }
 
+/* One k32 slice of a warp's R h tile, as tc_step_kernel and tc_grid_kernel run it: the warp's 3
+ * m16 tiles of A (R's rows ra, ra + 16, ra + 32 of As, row pitch ld) against NT n8 tiles of B
+ * (h's batch rows rb, rb + 8, ... of Bs) at byte column kk (the lane's) on mma.sync m16n8k32;
+ * with sums, the per-row sums of the B fragments' codes (the zero-point term) into rs.
+ * ra = 48 wm + g, rb = 8 NT wn + g. */
+template <int NT>
+__device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[NT], const int8_t *As, const int8_t *Bs, int ra,
+                                       int rb, int ld, int kk, bool sums) {
+  uint32_t af[3][4], bf[NT][2];
+#pragma unroll
+  for (int mt = 0; mt < 3; mt++) {
+    const int8_t *a = As + (ra + mt * 16) * ld + kk;
+    af[mt][0] = lds32(a);
+    af[mt][1] = lds32(a + 8 * ld);
+    af[mt][2] = lds32(a + 16);
+    af[mt][3] = lds32(a + 8 * ld + 16);
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const int8_t *b = Bs + (rb + nt * 8) * ld + kk;
+    bf[nt][0] = lds32(b);
+    bf[nt][1] = lds32(b + 16);
+  }
+#pragma unroll
+  for (int mt = 0; mt < 3; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
+  if (sums) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) rs[nt] = __dp4a((int)bf[nt][1], 0x01010101, __dp4a((int)bf[nt][0], 0x01010101, rs[nt]));
+  }
+}
+
 /* ================================ weight quantization ================================ */
 
 struct wq_params {
@@ -720,30 +753,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
         if (kt + TS_STAGES - 1 < nk) load(kt + TS_STAGES - 1, (kt + TS_STAGES - 1) % TS_STAGES);
         cp_async_commit();
         const int8_t *As = stage + (kt % TS_STAGES) * TS_STAGE, *Bs = As + TS_M * TS_LD;
-        const int kk = kg * 32 + 4 * tq;
-        uint32_t af[3][4], bf[2][2];
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++) {
-          const int8_t *a = As + (wm * 48 + mt * 16 + g) * TS_LD + kk;
-          af[mt][0] = lds32(a);
-          af[mt][1] = lds32(a + 8 * TS_LD);
-          af[mt][2] = lds32(a + 16);
-          af[mt][3] = lds32(a + 8 * TS_LD + 16);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-          const int8_t *b = Bs + (wn * 16 + nt * 8 + g) * TS_LD + kk;
-          bf[nt][0] = lds32(b);
-          bf[nt][1] = lds32(b + 16);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 2; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
-        if (pa == 0 && wm == 0) {
-#pragma unroll
-          for (int nt = 0; nt < 2; nt++) rs[nt] = __dp4a((int)bf[nt][1], 0x01010101, __dp4a((int)bf[nt][0], 0x01010101, rs[nt]));
-        }
+        rh_k32<2>(acc, rs, As, Bs, wm * 48 + g, wn * 16 + g, TS_LD, kg * 32 + 4 * tq, pa == 0 && wm == 0);
       }
       cp_async_wait<0>();
       __syncthreads();   /* every buffer free for the next plane pair or the tile */

@@ -260,30 +260,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       __syncthreads();   /* group q landed for every thread (s = 0: R as well) */
       const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
       for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) {
-        const int kk = ks * 32 + 4 * tq;
-        uint32_t af[3][4], bf[4][2];
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++) {
-          const int8_t *a = Rs + (wm * 48 + mt * 16 + g) * rld + kk;
-          af[mt][0] = lds32(a);
-          af[mt][1] = lds32(a + 8 * rld);
-          af[mt][2] = lds32(a + 16);
-          af[mt][3] = lds32(a + 8 * rld + 16);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-          const int8_t *b = Hs + (wn * 32 + nt * 8 + g) * rld + kk;
-          bf[nt][0] = lds32(b);
-          bf[nt][1] = lds32(b + 16);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
-        if (wm == 0) {
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) rs[nt] = __dp4a((int)bf[nt][1], 0x01010101, __dp4a((int)bf[nt][0], 0x01010101, rs[nt]));
-        }
+        rh_k32<4>(acc, rs, Rs, Hs, wm * 48 + g, wn * 32 + g, rld, ks * 32 + 4 * tq, wm == 0);
       }
     }
     if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
