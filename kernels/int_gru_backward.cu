@@ -405,6 +405,7 @@ __device__ __forceinline__ void ws_dot(const float (&Rr)[KPT], const float *qb, 
   group_sum(acc, S);
   if (ms == 0 && mu < H) sums[mu] = acc[0];
 }
+
 /* Step u's values from its ring slot (its group complete). */
 __device__ __forceinline__ void ws_prepare(const bwd_params &p, int64_t u, int i, int64_t Ln, const uint32_t *ring, step_vals &o) {
   if (u < 0 || u >= Ln) return;
