@@ -117,6 +117,22 @@ __device__ __noinline__ void isk_general_loop(const isk_params &p, int NB, int8_
   }
 }
 
+/* A lane's KW words of a row's h codes (4-byte words of int8 codes) from shared memory, 16 (or,
+ * for KW = 2, 8) bytes a load. */
+template <int KW>
+__device__ __forceinline__ void isk_load_h(const int8_t *hr, int *hw) {
+  if (KW >= 4) {
+#pragma unroll
+    for (int w = 0; w < KW; w += 4) {
+      const int4 v = *(const int4 *)(hr + 4 * w);
+      hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
+    }
+  } else {
+    const int2 v = *(const int2 *)hr;
+    hw[0] = v.x; hw[KW - 1] = v.y;
+  }
+}
+
 template <int NB, int KW>
 __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const __grid_constant__ isk_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -207,18 +223,8 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
     for (int r = 0; r < NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
 #pragma unroll
     for (int r = 0; r < NB; r++) {
-      const int8_t *hr = hc + r * Hp + ms * KW * 4;
       int hw[KW];
-      if (KW >= 4) {
-#pragma unroll
-        for (int w = 0; w < KW; w += 4) {
-          const int4 v = *(const int4 *)(hr + 4 * w);
-          hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
-        }
-      } else {
-        const int2 v = *(const int2 *)hr;
-        hw[0] = v.x; hw[KW - 1] = v.y;
-      }
+      isk_load_h<KW>(hc + r * Hp + ms * KW * 4, hw);
 #pragma unroll
       for (int w = 0; w < KW; w++) {
 #pragma unroll
@@ -301,20 +307,6 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
 __device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
-template <int KW>
-__device__ __forceinline__ void isk_load_h(const int8_t *hr, int *hw) {
-  if (KW >= 4) {
-#pragma unroll
-    for (int w = 0; w < KW; w += 4) {
-      const int4 v = *(const int4 *)(hr + 4 * w);
-      hw[w] = v.x; hw[w + 1] = v.y; hw[w + 2] = v.z; hw[w + 3] = v.w;
-    }
-  } else {
-    const int2 v = *(const int2 *)hr;
-    hw[0] = v.x; hw[KW - 1] = v.y;
-  }
-}
 
 /* NR rows of R (KW words each) against the h words: NP partial sums per row (shorter dependent
  * __dp4a chains; the sum is the same integer), and with SH the h row's byte sum. */
