@@ -32,6 +32,18 @@ local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
 local function check(ctx, st) clib.check(ctx, st, 2) end
+
+-- describe(name, body), but without a CUDA device one pending line instead of the body.
+local function gpu_describe(name, body)
+  describe(name, function()
+    if not qgru.cudaAvailable() then
+      it("skipped: no CUDA device", function() pending("no CUDA device") end)
+      return
+    end
+    body()
+  end)
+end
+
 local METHODS = { minmax = lib.QG_CALIB_MINMAX, histogram = lib.QG_CALIB_HISTOGRAM, mse = lib.QG_CALIB_MSE }
 
 -- ---- configurations ----
@@ -316,11 +328,7 @@ describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
   end)
 end)
 
-describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", function()
 
   -- shape: the persistent backward's forced {cluster, rows, splits} (qg_ctx_set_persist_shape), or
   -- nil (chosen); the fallback path ignores it
@@ -620,11 +628,7 @@ describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu", fun
   end
 end)
 
-describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+gpu_describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", function()
 
   -- every operator int8: within the 32-bit cell's bounds, so the persistent kernel runs
   -- qg_cell32_forward on its int32 accumulators (qg_int_gru_cell_path says so); odd H, N not a
@@ -745,11 +749,7 @@ describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", functi
   end)
 end)
 
-describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+gpu_describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", function()
 
   -- qref: the CPU against the independent reference too (cases without lengths).
   -- Forced by a persist shape of storage 2 (qg_ctx_set_persist_shape(ctx, 1, rows, splits, 2)):
@@ -873,11 +873,7 @@ describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu", f
   end)
 end)
 
-describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kernel) #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_kernel) #gpu", function()
 
   -- H = 1030: the int8 planes of R do not fit a 16-CTA cluster (68 units per CTA: 208 rows x
   -- 1104 bytes of R alone, above 227 KB), so auto and a forced persistent path take the GPU-wide
