@@ -56,8 +56,11 @@ typedef enum {
 typedef enum { QG_F32 = 0, QG_F64 = 1, QG_I8 = 2, QG_U8 = 3, QG_I16 = 4, QG_I32 = 5, QG_I64 = 6 } qg_dtype;
 typedef enum { QG_CPU = 0, QG_CUDA = 1 } qg_device;
 /* Float GEMM precision on the GPU. STRICT: fp32 everywhere (the default; parity tests use it).
- * TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores. The integer forward
- * is exact in every mode; the CPU ignores the setting. */
+ * TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores; the integer GRU's
+ * STE backward on its per-step path, where its weights, input.x and output.h are grids of at most
+ * 8 bits, runs its GEMMs on bf16 tensor cores instead, the gradient split into two bf16 pieces
+ * (16 significant bits, TF32 keeps 11; every product exact). The integer forward is exact in every
+ * mode; the CPU ignores the setting. */
 typedef enum { QG_MATH_STRICT = 0, QG_MATH_TF32 = 1 } qg_math;
 /* Which GPU recurrence the GRU forwards/backwards run. AUTO (the default) picks the persistent
  * kernel (R on chip, one launch for all steps) where the shape fits it and the GEMM-per-step

@@ -50,6 +50,16 @@
  *     the math mode; a changed pointer or shape is a new key).
  * Padded steps (s >= lengths[n]) pass dh through and write zero dq, bcx, bcr (dp of padded time
  * rows is cleared before the loop); time t = reverse ? lengths[n] - 1 - s : s.
+ * The TF32 mode's bf16 split (per-step path with bwd_step1_kernel; pieces = 2): every float GEMM
+ * of this backward multiplies a float gradient (dq or dp) by a fake-quantized tensor (R~, W~, x~,
+ * h~). Where those are at most 8-bit grids, (q - z) 2^-e with |q - z| <= 256, they are exact in
+ * bf16, and the step kernel writes each gradient as two bf16 pieces, hi = bf16(v) and
+ * lo = bf16(v - hi) ([T N][2][3H]: 16 significant bits, TF32 keeps 11). Then every product of a
+ * bf16 GEMM is exact and only fp32 accumulation rounds: more accurate than TF32 (bench/
+ * bf16_split_gemm.cu: 12-70x smaller errors at the large shape) and faster (half the bytes of the
+ * weight operand, bf16 tensor cores at twice TF32's rate). The pieces are extra rows of the
+ * product (the per-step GEMM's 2N columns, dW's and dR's 6H rows, dx's 2 T N rows), added after
+ * it in a fixed order (hi first): by the step kernel, add_parts_kernel and masked_add2_kernel.
  * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32; dW on the
  * context's aux stream beside the other two, forked and joined with its events) and the bias sums
  * in a fixed order in double (persistent: chunks of (step, row) pairs, then the chunks in order;
@@ -58,6 +68,7 @@
 #include "int_gru_common.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
 
+#include <cuda_bf16.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -875,6 +886,28 @@ __global__ void deq_kernel(const int32_t *codes, int64_t n, qg_qp q, float *out)
   if (i < n) out[i] = (float)qg_deq(codes[i], q);
 }
 
+/* out = deq(codes) in bf16 (exact where the host's split condition holds: |q - z| <= 256). */
+__global__ void deq_bf16_kernel(const int32_t *codes, int64_t n, qg_qp q, __nv_bfloat16 *out) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn((float)qg_deq(codes[i], q));
+}
+
+/* out = bf16(v) (a fake-quantized weight: exact where the host's split condition holds). */
+__global__ void to_bf16_kernel(const float *v, int64_t n, __nv_bfloat16 *out) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(v[i]);
+}
+
+/* out[e] += mask[e] ? v[a] + v[a + ps] : 0 with a = (e / len) rs + e % len: the two pieces' GEMM
+ * results of element e (hi's first), as the split after-loop GEMMs leave them. */
+__global__ void masked_add2_kernel(float *out, const float *v, const uint8_t *mask, int64_t n, int64_t len, int64_t rs,
+                                   int64_t ps) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const int64_t a = (e / len) * rs + e % len;
+  out[e] += mask[e] ? v[a] + v[a + ps] : 0.0f;
+}
+
 /* out += mask ? v : 0 */
 __global__ void masked_add_kernel(float *out, const float *v, const uint8_t *mask, int64_t n) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -905,6 +938,17 @@ static qg_status sgemm_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int
 static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A,
                           const float *B, float beta, float *Cm) {
   return sgemm_rm_on(ctx, qg_cuda_blas(ctx), fn, ta, tb, m, n, k, A, B, beta, Cm);
+}
+
+/* Row-major C [m, n] = op(A) op(B) with bf16 A and B (lda, ldb as given), fp32 accumulation and
+ * output: the split GEMMs of the TF32 mode (see the top of the file). */
+static qg_status gemm_bf16_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                 const void *A, int64_t lda, const void *B, int64_t ldb, float *Cm) {
+  if (m <= 0 || n <= 0) return QG_OK;
+  const float one = 1.0f, zero = 0.0f;
+  return qg_cublas_status(ctx, fn, cublasGemmEx(hb, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
+                                                (int)k, &one, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF, (int)lda, &zero, Cm,
+                                                CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- the per-step path ----------------------------------------------------------------------------
@@ -984,6 +1028,14 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_
   }
 }
 
+/* v = hi + lo + r as bf16 pieces, hi = bf16(v), lo = bf16(v - hi) (v - hi is exact in fp32): 16
+ * significant bits of v (TF32 keeps 11), r at most 2^-17 |v| */
+__device__ __forceinline__ void split_bf16(float v, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  *hi = h;
+  *lo = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(h)));
+}
+
 /* 2^-e as a double without ldexp's general path (exact: e in [-1022, 1022] builds the bits). */
 __device__ __forceinline__ double pow2_neg(int e) {
   return e >= -1022 && e <= 1022 ? __longlong_as_double((long long)(1023 - e) << 52) : ldexp(1.0, -e);
@@ -1005,9 +1057,10 @@ __device__ __forceinline__ double pow2_neg(int e) {
  * the 40-register build (6 blocks, no stack) ran the same (bench/cuda_int_gru.md, round 3). */
 enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 
+template <int PC>
 __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
-                                                                 int nparts, float *__restrict__ dn, float *__restrict__ Hf,
+                                                                 int nparts, float *__restrict__ dn, void *__restrict__ Hf,
                                                                  double *__restrict__ sp) {
   __shared__ double sh[4][BS_Y][BS_X];
   const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
@@ -1018,17 +1071,29 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
     const int Ln = (int)length_at(p.L, n, p.T);
     const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
     const int32_t hq = p.hq[se];
+    /* the partial products: slice j, piece c of (n, i) at P[j PC NH + (n PC + c) H + i] (PC = 1:
+     * P[j NH + e]); added slice by slice, pieces in order */
     float dh = dd[e], pv[STEP_MAX_SLICES];
 #pragma unroll
-    for (int j = 0; j < STEP_MAX_SLICES; j++) pv[j] = j < nparts ? P[j * NH + e] : 0.0f;   /* all in flight at once */
+    for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
+      pv[j] = j < nparts * PC ? P[(j / PC) * PC * NH + (n * PC + j % PC) * H + i] : 0.0f;
 #pragma unroll
     for (int j = 0; j < STEP_MAX_SLICES; j++)
-      if (j < nparts) dh += pv[j];
-    float *dqr = p.dq + (s * N + n) * H3 + i;
+      if (j < nparts * PC) dh += pv[j];
+    const int qrow = (s * N + n) * PC * H3 + i;   /* the row of dq (PC = 2: its bf16 pieces hi, lo) */
     if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      const float hf = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
+      if (PC == 1) {
+        float *dqr = p.dq + qrow;
+        dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+        ((float *)Hf)[se] = hf;
+      } else {
+        __nv_bfloat16 *dqr = (__nv_bfloat16 *)p.dq + qrow;
+        const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
+        dqr[0] = dqr[H] = dqr[2 * H] = dqr[H3] = dqr[H3 + H] = dqr[H3 + 2 * H] = z;
+        ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(hf);   /* exact: the host's split condition */
+      }
       dn[e] = dh;
-      Hf[se] = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
     } else {
       const int t = p.reverse ? Ln - 1 - s : s;
       const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
@@ -1062,12 +1127,23 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       } else {
         prepare_step(p, s, Ln, in, v);
       }
-      Hf[se] = v.v.hp;
       qg_cell_grad gr;
       qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
-      float *dpr = p.dp + (t * N + n) * H3 + i;
-      dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
-      dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      const int prow = (t * N + n) * PC * H3 + i;
+      if (PC == 1) {
+        ((float *)Hf)[se] = v.v.hp;
+        float *dpr = p.dp + prow, *dqr = p.dq + qrow;
+        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      } else {
+        ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(v.v.hp);
+        __nv_bfloat16 *dpr = (__nv_bfloat16 *)p.dp + prow, *dqr = (__nv_bfloat16 *)p.dq + qrow;
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+          split_bf16(gr.dp[k], dpr + k * H, dpr + H3 + k * H);
+          split_bf16(gr.dq[k], dqr + k * H, dqr + H3 + k * H);
+        }
+      }
       a0 = (double)gr.dbx[0]; a1 = (double)gr.dbx[1]; a2 = (double)gr.dbx[2]; a3 = (double)gr.dbr[2];
       dn[e] = gr.dhprev;
     }
@@ -1082,12 +1158,15 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
   }
 }
 
-/* out[e] = dd[e] + P[0][e] + ... + P[nparts - 1][e] (dL/dh_0 after the split-K loop). */
-__global__ void add_parts_kernel(const float *dd, const float *P, int nparts, int64_t n, float *out) {
+/* out[e] = dd[e] + the nparts slices' partial products of e = (n, i), pieces in order within a
+ * slice, as bwd_step1_kernel adds them (dL/dh_0 after the split-K loop); pc pieces, NH = N H. */
+__global__ void add_parts_kernel(const float *dd, const float *P, int nparts, int pc, int64_t NH, int64_t H, float *out) {
   const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (e >= n) return;
+  if (e >= NH) return;
+  const int64_t n = e / H, i = e - n * H;
   float v = dd[e];
-  for (int j = 0; j < nparts; j++) v += P[j * n + e];
+  for (int j = 0; j < nparts; j++)
+    for (int c = 0; c < pc; c++) v += P[j * pc * NH + (n * pc + c) * H + i];
   out[e] = v;
 }
 
@@ -1134,14 +1213,32 @@ static int step_rows_per_thread(int64_t N) {
  * direct part, beta 1: cuBLAS's own choice, at large a split-K 8 kernel plus its reduction
  * kernel, bench/cuda_int_gru.md) when the output's 128 x 128 tiles fill the device, else S: one
  * strided-batched GEMM of S slices of 3H / S (S divides 3H) into S partial products that the next
- * step kernel adds in order (no reduction kernel, no atomics). A function of the shape and the
- * device's multiprocessor count, so the summation order is fixed. */
-static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
-  const int64_t tiles = ((N + 127) / 128) * ((H + 127) / 128), H3 = 3 * H;
+ * step kernel adds in order (no reduction kernel, no atomics). pieces = 2 (the bf16 split): the
+ * output has 2N rows, and a slice costs the step kernel two loads (at most STEP_MAX_SLICES in all).
+ * A function of the shape, the math mode and the device's multiprocessor count, so the summation
+ * order is fixed. */
+static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H, int pieces) {
+  const int64_t tiles = ((N * pieces + 127) / 128) * ((H + 127) / 128), H3 = 3 * H;
   int64_t S = (ctx->sm_count + tiles - 1) / tiles;
-  if (S > 8) S = 8;   /* STEP_MAX_SLICES */
+  if (S > STEP_MAX_SLICES / pieces) S = STEP_MAX_SLICES / pieces;   /* the step kernel's loads */
   while (S > 1 && (H3 % S != 0 || H3 / S < 128)) S--;
   return S > 1 ? (int)S : 0;
+}
+
+/* The TF32 mode's bf16 split (top of the file) needs every value of the fake-quantized operands
+ * exact in bf16: (q - z) 2^-e with |q - z| <= 256 (bf16 carries 8 significant bits; |e| <= 31
+ * always, QUANT_SPEC.md section 1) for every code q of the grid. */
+static int grid_bf16_exact(int64_t qmin, int64_t qmax, int64_t z) { return qmin - z >= -256 && qmax - z <= 256; }
+
+/* The same for every row (channel) of weight w: its zero points from the host copy (current:
+ * device-derived quantizers are symmetric, their host zero points 0). */
+static int weight_bf16_exact(const qg_int_gru *g, int w) {
+  const int b = g->w_bits[w];
+  if (!g->w_set[w] || b < 1 || b > 8) return 0;
+  const int64_t qmin = g->w_unsigned[w] ? 0 : -(1LL << (b - 1)), qmax = g->w_unsigned[w] ? (1LL << b) - 1 : (1LL << (b - 1)) - 1;
+  for (int64_t j = 0; j < 3 * g->H; j++)
+    if (!grid_bf16_exact(qmin, qmax, g->w_zp_host[w][j])) return 0;
+  return 1;
 }
 
 /* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
@@ -1155,12 +1252,14 @@ static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
 struct step_loop {
   char tag[8];                 /* "qgIGRUb" */
   bwd_params bp;
-  const float *R;              /* R~ [3H, H] */
-  float *dh, *dh_next, *Hf, *P;
+  const void *R;               /* R~ [3H, H]: float, or bf16 when pieces = 2 */
+  float *dh, *dh_next, *P;
+  void *Hf;                    /* [T N, H]: float, or bf16 when pieces = 2 */
   double *sp;
   int64_t chunks;
   int rpt, math, slices, words;
   int fits32;                  /* bwd_step1_kernel (step_fits32) */
+  int pieces;                  /* 2: the TF32 mode's bf16 split (dq, dp, Hf, R~ in bf16) */
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -1176,18 +1275,30 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
-    if (L.fits32) {
-      bwd_step1_kernel<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
+    if (L.pieces == 2) {
+      bwd_step1_kernel<2><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
+    } else if (L.fits32) {
+      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
-    f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, L.Hf, L.sp);
+    f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
     }
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    const float *dqs = L.bp.dq + s * N * H3;
-    if (!S) {
-      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dqs, L.R, 1.0f, dn));   /* dn += dq_s R~ */
+    if (L.pieces == 2) {
+      /* P[k] [2N, H]: row n 2 + c = piece c of dq_s's row n (bf16 [N][2][3H]: column-major [3H, 2N]
+       * with ld 3H) times R~'s slice k (bf16); every product exact, fp32 accumulation */
+      const __nv_bfloat16 *dqs = (const __nv_bfloat16 *)L.bp.dq + s * N * 2 * H3;
+      const float one = 1.0f, zero = 0.0f;
+      QG_CHECK(qg_cublas_status(ctx, fn, cublasGemmStridedBatchedEx(
+                                             qg_cuda_blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)(2 * N), (int)Kc, &one,
+                                             L.R, CUDA_R_16BF, (int)H, Kc * H, dqs, CUDA_R_16BF, (int)H3, Kc, &zero, L.P,
+                                             CUDA_R_32F, (int)H, 2 * N * H, (int)S, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+    } else if (!S) {
+      const float *dqs = L.bp.dq + s * N * H3;
+      QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dqs, (const float *)L.R, 1.0f, dn));   /* dn += dq_s R~ */
     } else {   /* P[k] = dq_s[:, k Kc : (k + 1) Kc] R~[k Kc : (k + 1) Kc, :] (column-major: P^T = R~^T dq^T) */
+      const float *dqs = L.bp.dq + s * N * H3;
       const float one = 1.0f, zero = 0.0f;
       QG_CHECK(qg_cublas_status(ctx, fn, cublasGemmStridedBatchedEx(
                                              qg_cuda_blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)N, (int)Kc, &one, L.R,
@@ -1250,7 +1361,19 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   /* the per-step path's row chunks (bwd_step_kernel) */
   const int rpt = persistent ? 1 : step_rows_per_thread(N);
   const int64_t schunks = (N + (int64_t)BS_Y * rpt - 1) / ((int64_t)BS_Y * rpt);
-  const int slices = persistent || TN == 0 || NH == 0 ? 0 : step_gemm_slices(ctx, N, H);
+  const int words = ((uintptr_t)saved->cell->data & 3) == 0, cb = qg_cell_bytes(cq->narrow);
+  const int64_t Hy = dy ? dy->dims[2] : 0;
+  const int fits32 = words && rpt == 1 && step_fits32(T, N, H, cb, Hy);
+  /* the TF32 mode's bf16 split (top of the file): the per-step path with bwd_step1_kernel, every
+   * fake-quantized operand exact in bf16 (R~, W~ where dx is asked, x, h) */
+  const qg_qp QXg = cq->a[QG_Q_INPUT_X], QHg = cq->a[QG_Q_OUTPUT_H];
+  const int pieces = !persistent && TN > 0 && NH > 0 && ctx->math == QG_MATH_TF32 && fits32 && TN * 6 * H < (1LL << 31) &&
+                             weight_bf16_exact(g, QG_W_R) && (!dx || weight_bf16_exact(g, QG_W_W)) &&
+                             grid_bf16_exact(QXg.qmin, QXg.qmax, QXg.z) && grid_bf16_exact(QHg.qmin, QHg.qmax, QHg.z)
+                         ? 2
+                         : 1;
+  int slices = persistent || TN == 0 || NH == 0 ? 0 : step_gemm_slices(ctx, N, H, pieces);
+  if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
    * bias partial sums [chunks, 2, 3H] (bwd_ws_kernel: [N, 4, H]) or the per-step path's step sums [T, schunks, 4, H] */
@@ -1259,9 +1382,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   int64_t total = 0;
   const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
                 o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
-                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, TN * C * 4),
-                o_tW = take(&total, H3 * C * 4), o_tR = take(&total, H3 * H * 4), o_P = take(&total, slices * NH * 4),
-                o_part = take(&total, npart * 8);
+                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, pieces * TN * C * 4),
+                o_tW = take(&total, pieces * H3 * C * 4), o_tR = take(&total, pieces * H3 * H * 4),
+                o_P = take(&total, slices * pieces * NH * 4), o_part = take(&total, npart * 8),
+                o_Rb = take(&total, pieces == 2 ? H3 * H * 2 : 0), o_Wb = take(&total, pieces == 2 && dx ? H3 * C * 2 : 0);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
@@ -1269,6 +1393,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   float *Xf = (float *)(ws + o_Xf), *Hf = (float *)(ws + o_Hf), *tX = (float *)(ws + o_tX), *tW = (float *)(ws + o_tW),
         *tR = (float *)(ws + o_tR), *P = (float *)(ws + o_P);
   double *part = (double *)(ws + o_part);
+  __nv_bfloat16 *Rb = (__nv_bfloat16 *)(ws + o_Rb), *Wb = (__nv_bfloat16 *)(ws + o_Wb);
 
   if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
   if (NH > 0) {
@@ -1283,9 +1408,9 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.reverse = reverse ? 1 : 0;
   bp.hq = (const int32_t *)saved->hq->data;
   bp.cellp = (const uint8_t *)saved->cell->data;
-  bp.cb = qg_cell_bytes(cq->narrow);
+  bp.cb = cb;
   bp.dy = dy ? (const float *)dy->data : NULL;
-  bp.Hy = dy ? dy->dims[2] : 0;
+  bp.Hy = Hy;
   bp.y_offset = y_offset;
   bp.dp = dp; bp.dq = dq; bp.bcx = persistent ? bcx : NULL; bp.bcr = persistent ? bcr : NULL;
   bp.Rf = g->fq[QG_W_R];
@@ -1305,17 +1430,22 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     memset(&L, 0, sizeof L);
     memcpy(L.tag, "qgIGRUb", 8);
     memcpy(&L.bp, &bp, sizeof bp);
-    L.R = g->fq[QG_W_R];
+    if (pieces == 2) {   /* R~ in bf16 (exact), outside the captured loop: R~ changes with the weights */
+      to_bf16_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>(g->fq[QG_W_R], H3 * H, Rb);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    L.R = pieces == 2 ? (const void *)Rb : (const void *)g->fq[QG_W_R];
     L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
-    L.words = ((uintptr_t)saved->cell->data & 3) == 0;
-    L.fits32 = L.words && rpt == 1 && step_fits32(T, N, H, bp.cb, bp.Hy);
+    L.words = words;
+    L.fits32 = fits32;
+    L.pieces = pieces;
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
     if (slices) {   /* plus the last GEMM's partial products */
-      add_parts_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, P, slices, NH, dh_next);
+      add_parts_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, P, slices, pieces, NH, H, dh_next);
       QG_CHECK(qg_cuda_launched(ctx, fn));
       float *tmp = dh; dh = dh_next; dh_next = tmp;
     }
@@ -1340,7 +1470,32 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  if (TN > 0 && H > 0) {
+  if (TN > 0 && H > 0 && pieces == 2) {
+    /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
+     * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
+    deq_bf16_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, (__nv_bfloat16 *)Xf);
+    if (dx) to_bf16_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>(g->fq[QG_W_W], H3 * C, Wb);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    /* tW [2][3H, C] = dp^T Xf (rows c 3H + j: piece c of dp's column j) */
+    QG_CHECK(gemm_bf16_rm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, 1, 0, 2 * H3, C, TN, dp, 2 * H3, Xf, C, tW));
+    masked_add2_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C, H3 * C, 0, H3 * C);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* tR [2][3H, H] = dq^T Hf */
+    QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 1, 0, 2 * H3, H, TN, dq, 2 * H3, Hf, H, tR));
+    masked_add2_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H, H3 * H, 0, H3 * H);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {   /* tX [T N][2][C] = dp (as [2 T N, 3H]) W~ */
+      QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 0, 0, 2 * TN, C, H3, dp, H3, Wb, C, tX));
+      masked_add2_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data,
+                                                                      TN * C, C, 2 * C, C);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
+  } else if (TN > 0 && H > 0) {
     deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
     if (persistent) deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);   /* else the step kernel's */
     QG_CHECK(qg_cuda_launched(ctx, fn));

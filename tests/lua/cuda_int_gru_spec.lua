@@ -447,6 +447,47 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     end)
   end
 
+  -- TF32 mode on the per-step path (auto takes it above H ~ 520): with the weights, input.x and
+  -- output.h at most 8 bits the backward's GEMMs run on bf16 tensor cores, each gradient split in
+  -- two bf16 pieces (kernels/int_gru_backward.cu, top): every product exact, so the gradients stay
+  -- within 2e-5 of the CPU's strict fp32, where TF32's 11-bit operands give ~1e-4 (so this bound
+  -- also shows that the split ran). Several K slices of the per-step product (H = 130: 3) and one
+  -- (H = 7). A 12-bit R or output.h keeps the TF32 GEMMs: within 5e-3. The same run twice: bit-identical.
+  for _, v in ipairs({
+    { "int8: bf16 split, 3 slices", {}, 2e-5, { seed = 61, T = 6, N = 17, C = 37, H = 130, h0 = true, lengths = true, reverse = true } },
+    { "int8: bf16 split, one slice", {}, 2e-5, { seed = 62, T = 5, N = 3, C = 5, H = 7, lengths = true } },
+    { "12-bit weight.R: TF32", { ["weight.R"] = { bitwidth = 12 } }, 5e-3, { seed = 63, T = 5, N = 17, C = 37, H = 130, h0 = true } },
+    { "12-bit output.h: TF32", { ["output.h"] = { bitwidth = 12 } }, 5e-3, { seed = 64, T = 5, N = 17, C = 37, H = 130, lengths = true } },
+  }) do
+    it(string.format("TF32 mode, per-step path, %s: STE gradients within %g of the CPU's; the same run twice is bit-identical", v[1], v[3]),
+       function()
+      local c = v[4]
+      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      qgru.seed(300 + c.seed)
+      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
+      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
+                   dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
+                   dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+      local hc = layer_on("cpu", lq, c.C, c.H)
+      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      qgru.setMath("tf32")
+      local ok, err = pcall(with_path, "fallback", function()
+        local hg = layer_on("cuda", lq, c.C, c.H)
+        local runs = {}
+        for r = 1, 2 do runs[r] = backward(hg, forward("cuda", hg, inp, true), dy, dhn, g0) end
+        for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+          local e = U.rel_err(flat(runs[1][k]), flat(gref[k]))
+          assert(e < v[3], string.format("%s %s: relative error %.3g vs the CPU (bound %g)", v[1], k, e, v[3]))
+          same(runs[2][k], runs[1][k], v[1] .. " second run " .. k)
+        end
+      end)
+      qgru.setMath("strict")
+      if not ok then error(err, 0) end
+    end)
+  end
+
   it("a forced persistent backward on an R~ no cluster can hold (H = 600) or a forced shape that cannot hold H is a clear error; "
      .. "auto falls back and matches the CPU", function()
     local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
