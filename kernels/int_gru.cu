@@ -235,29 +235,36 @@ __device__ __forceinline__ void mma_s8(int32_t *d, const uint32_t *a, const uint
 
 __device__ __forceinline__ uint32_t lds32(const int8_t *p) { return *(const uint32_t *)p; }
 
+/* ldmatrix .x4: four 8 x 16-byte matrices from shared memory, lane l giving the address of row
+ * l % 8 of matrix l / 8; thread t receives the 4 bytes at row t / 4, bytes 4 (t % 4) of each, which
+ * is the layout of an int8 mma.sync fragment register. */
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const int8_t *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+
 /* One k32 slice of a warp's R h tile, as tc_step_kernel and tc_grid_kernel run it: the warp's 3
- * m16 tiles of A (R's rows ra, ra + 16, ra + 32 of As, row pitch ld) against NT n8 tiles of B
- * (h's batch rows rb, rb + 8, ... of Bs) at byte column kk (the lane's) on mma.sync m16n8k32;
- * with sums, the per-row sums of the B fragments' codes (the zero-point term) into rs.
- * ra = 48 wm + g, rb = 8 NT wn + g. */
+ * m16 tiles of A (R's rows ra0 .. ra0 + 47 of As, row pitch ld) against NT n8 tiles of B (h's
+ * batch rows rb0 .. rb0 + 8 NT - 1 of Bs) at byte columns k0 .. k0 + 31 on mma.sync m16n8k32; with
+ * sums, the per-row sums of the B fragments' codes (the zero-point term) into rs (lane: rows
+ * rb0 + g + 8 nt). Fragments by ldmatrix: one instruction per m16 tile of A and per two n8 tiles
+ * of B (32-bit loads took four and two: bench/cuda_int_gru.md, "ldmatrix"); ld, k0 and the
+ * buffers 16-byte aligned, ld an odd multiple of 16 modulo 128 so that the 8 rows of a matrix hit
+ * distinct banks; NT even. */
 template <int NT>
-__device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[NT], const int8_t *As, const int8_t *Bs, int ra,
-                                       int rb, int ld, int kk, bool sums) {
+__device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[NT], const int8_t *As, const int8_t *Bs, int ra0,
+                                       int rb0, int ld, int k0, bool sums) {
+  const int lane = threadIdx.x & 31, r8 = lane & 7, mi = lane >> 3;
   uint32_t af[3][4], bf[NT][2];
+  /* A: matrices (rows 0-7, bytes 0-15), (rows 8-15, 0-15), (0-7, 16-31), (8-15, 16-31) = a0..a3 */
+  const int8_t *a = As + (ra0 + r8 + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 16;
 #pragma unroll
-  for (int mt = 0; mt < 3; mt++) {
-    const int8_t *a = As + (ra + mt * 16) * ld + kk;
-    af[mt][0] = lds32(a);
-    af[mt][1] = lds32(a + 8 * ld);
-    af[mt][2] = lds32(a + 16);
-    af[mt][3] = lds32(a + 8 * ld + 16);
-  }
+  for (int mt = 0; mt < 3; mt++) ldsm_x4(af[mt][0], af[mt][1], af[mt][2], af[mt][3], a + mt * 16 * ld);
+  /* B, two n8 tiles at a time: matrices (tile 2p, bytes 0-15), (2p, 16-31), (2p + 1, 0-15), (2p + 1, 16-31) */
+  const int8_t *b = Bs + (rb0 + (mi >> 1) * 8 + r8) * ld + k0 + (mi & 1) * 16;
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++) {
-    const int8_t *b = Bs + (rb + nt * 8) * ld + kk;
-    bf[nt][0] = lds32(b);
-    bf[nt][1] = lds32(b + 16);
-  }
+  for (int np = 0; np < NT / 2; np++) ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], b + np * 16 * ld);
 #pragma unroll
   for (int mt = 0; mt < 3; mt++)
 #pragma unroll
@@ -753,7 +760,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
         if (kt + TS_STAGES - 1 < nk) load(kt + TS_STAGES - 1, (kt + TS_STAGES - 1) % TS_STAGES);
         cp_async_commit();
         const int8_t *As = stage + (kt % TS_STAGES) * TS_STAGE, *Bs = As + TS_M * TS_LD;
-        rh_k32<2>(acc, rs, As, Bs, wm * 48 + g, wn * 16 + g, TS_LD, kg * 32 + 4 * tq, pa == 0 && wm == 0);
+        rh_k32<2>(acc, rs, As, Bs, wm * 48, wn * 16, TS_LD, kg * 32, pa == 0 && wm == 0);
       }
       cp_async_wait<0>();
       __syncthreads();   /* every buffer free for the next plane pair or the tile */

@@ -218,7 +218,9 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     }
   };
   load_wx(0);
-  const double ysc = ldexp(1.0, -QH.e);   /* y = (h - z) 2^-e */
+  /* y = (h - z) 2^-e in float: h - z (at most 17 bits) and 2^-e (|e| <= 31, QUANT_SPEC.md section 1)
+   * are exact floats and so is their product, the value qg_deq's double rounds to */
+  const float ysc = (float)ldexp(1.0, -QH.e);
   const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
 
   for (int64_t s = 0; s < T; s++) {
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       __syncthreads();   /* group q landed for every thread (s = 0: R as well) */
       const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
       for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) {
-        rh_k32<4>(acc, rs, Rs, Hs, wm * 48 + g, wn * 32 + g, rld, ks * 32 + 4 * tq, wm == 0);
+        rh_k32<4>(acc, rs, Rs, Hs, wm * 48, wn * 32, rld, ks * 32, wm == 0);
       }
     }
     if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
         } else {
           const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o[q].h - QH.z) * ysc);
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)(o[q].h - QH.z) * ysc;
           if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
             uint32_t wd[3];
             qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
