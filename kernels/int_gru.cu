@@ -1619,7 +1619,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     o_Rp = take(&total, (int64_t)rpl.n * H3 * KpR); o_offR = take(&total, H3 * 8); o_bcR = take(&total, H3 * 8);
     if (rec_mma) o_Hp = take(&total, 2LL * hpl.n * NpH * KpR);
     if (rec_mma && a32) o_P32 = take(&total, (int64_t)(QG_C32_ROWS + 1) * H * 4);
-    if (grid_rec) o_bar = take(&total, (NpH / TS_N) * 4);
+    if (grid_rec) o_bar = take(&total, (NpH / TS_N) * 2 * 4);   /* [batch group][half] */
   } else {
     o_Rt = take(&total, H3 * H * 8);
   }
@@ -1803,7 +1803,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       const int64_t glut = tg_lut_bytes(lut_bytes, (int64_t)smem_max - (int64_t)(tg_smem(KpR, 0) + fa.sharedSizeBytes));   /* as tg_choose */
       gp.lut_smem = glut > 0;
       const size_t gsmem = tg_smem(KpR, glut);
-      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 4, st));
+      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(gp.bar, 0, (size_t)(NpH / TS_N) * 2 * 4, st));
       QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
       void *args[1] = {&gp};
       QG_CUDA_CHECK(ctx, fn, cudaLaunchCooperativeKernel((const void *)gk, grid, dim3(TS_THREADS), args, gsmem, st));

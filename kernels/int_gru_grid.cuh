@@ -41,18 +41,16 @@
  * below 2^14 Kp, then taken mod 2^32 as the 32-bit mode bounds them below 2^29).
  */
 
-/* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 1 leaves
- * out the wait for the batch group, 2 the products, 3 the cells. */
-#ifndef TG_SKIP
-#define TG_SKIP 0
-#endif
-
-enum { TG_KQ = 4, TG_WARPS_K = 4 };
+/* Warp roles (see the header): warps 0-7 (TG_PT threads) run the h copies and R h, warps 8-15 the
+ * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
+ * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, TG_BAR_T + x: half x's tiles
+ * ready (the product warps arrive, the cell warps wait). */
+enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3 };
 
 struct tg_params {
   ts_params t;
-  int32_t *bar;   /* [gridDim.y] arrival counters, zero at launch */
-  int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free 32-bit fragment loads) */
+  int32_t *bar;   /* [gridDim.y][2] arrival counters (batch group, half), zero at launch */
+  int rld;        /* bytes per shared row of R and h: Kp + 16 (conflict-free fragment loads) */
   int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
   /* W x: rows of wx_ld int32 (t.c.qwx); wx_bc != NULL: cuBLASLt's plane products, to which the
    * kernel adds the zero-point terms wx_bc[j] + wx_ow[j] wx_sx[tn] ([3H], [3H], [T N]) mod 2^32
@@ -61,14 +59,19 @@ struct tg_params {
   const int64_t *wx_bc, *wx_ow, *wx_sx;
 };
 
-/* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], then the h block
- * [TS_N][rld], which after the products holds the two partial tiles [2][TS_N][TS_ALD] int32,
- * then (lut_bytes > 0) the three activation tables of the 32-bit cell, codes then masks each
- * (in shared memory the look-ups of the cell's chain do not depend on L1, which the W x stream
- * evicts every step). */
+/* Bytes of one half's h buffer: its TG_HALF rows of h (all K), which after the products hold the
+ * half's two partial tiles [2][TG_HALF][TS_ALD] int32; 16-byte multiple. */
+static __host__ __device__ size_t tg_half_bytes(int64_t Kp) {
+  const size_t hb = (size_t)TG_HALF * ((size_t)Kp + 16), tiles = 2 * (size_t)TG_HALF * TS_ALD * 4;
+  return ((hb > tiles ? hb : tiles) + 15) / 16 * 16;
+}
+
+/* Shared memory of the grid kernel (dynamic part): R's rows [TS_M][rld], the two halves' h buffers
+ * (tg_half_bytes each), then (lut_bytes > 0) the three activation tables of the 32-bit cell,
+ * codes then masks each (in shared memory the look-ups of the cell's chain do not depend on L1,
+ * which the W x stream evicts every step). */
 static size_t tg_smem(int64_t Kp, int64_t lut_bytes) {
-  const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
-  return (size_t)TS_M * rld + (hb > tiles ? hb : tiles) + (size_t)lut_bytes;
+  return (size_t)TS_M * ((size_t)Kp + 16) + 2 * tg_half_bytes(Kp) + (size_t)lut_bytes;
 }
 
 __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
@@ -76,32 +79,32 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int32_t rsum[TG_WARPS_K][TS_N];        /* [K group][batch row]: sums of the h codes (r - base) */
-  __shared__ int32_t Ps[(QG_C32_ROWS + 1) * TS_U];  /* [QG_C32_ROWS + 1][TS_U] */
+  __shared__ int32_t rsum[2][TG_WARPS_K][TG_HALF];   /* [half][K group][row]: sums of the h codes (r - base) */
+  __shared__ int32_t Ps[(QG_C32_ROWS + 1) * TS_U];   /* [QG_C32_ROWS + 1][TS_U] */
   /* SAVE = 1 (training) only: per-unit terms [12][TS_U] mod 2^32: the W x fold's bconst[k],
-   * offW[k] (rows 0-5), R h's rconst[k], roff[k] (rows 6-11); the low words of SX[tn] of the
-   * block's rows for steps of parity b ([2][TS_N]); the rows' valid steps ([TS_N]). In shared
-   * memory, not registers live across the step (the fold in registers: 164 bytes of spills) */
+   * offW[k] (rows 0-5), R h's rconst[k], roff[k] (rows 6-11), in shared memory, not registers
+   * live across the step (the training variant is at the register limit) */
   __shared__ uint32_t wzs[SAVE ? 12 * TS_U : 1];
-  __shared__ uint32_t sxs[SAVE ? 2 : 1][SAVE ? TS_N : 1];
-  __shared__ int32_t lens[SAVE ? TS_N : 1];
+  __shared__ int32_t lens[TS_N];                     /* the rows' valid steps */
   const ts_params &p = gp.t;
   const rec_common &c = p.c;
   const int64_t H = c.H, N = c.N, T = c.T, Kp = p.Kp, Np = p.Np;
   const int rld = gp.rld;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int kg = warp >> 2, wm = warp & 1, wn = (warp >> 1) & 1;   /* K group; rows wm 48, cols wn 32 */
+  const int tid = threadIdx.x;
   const int64_t u0 = (int64_t)blockIdx.x * TS_U, n0 = (int64_t)blockIdx.y * TS_N;
-  int8_t *Rs = (int8_t *)smem, *Hs = Rs + (size_t)TS_M * rld;
-  int32_t *tile = (int32_t *)Hs;   /* after the products: [2][TS_N][TS_ALD] */
+  int8_t *Rs = (int8_t *)smem;
+  const size_t hbytes = tg_half_bytes(Kp);
+  auto hbuf = [&](int x) -> int8_t * { return (int8_t *)smem + (size_t)TS_M * rld + (size_t)x * hbytes; };
   const int kc = (int)(Kp / 16);   /* 16-byte chunks per row */
 
   /* once: the block's rows of R (gate-major: row gt TS_U + u is R's row gt H + u0 + u; zero rows
-   * beyond H) and its units' rows of the 32-bit cell */
+   * beyond H), its units' rows of the 32-bit cell, the rows' lengths */
   for (int e = tid; e < TS_M * kc; e += TS_THREADS) {
     const int row = e / kc, cv = e % kc, gt = row / TS_U, u = row % TS_U;
     const bool ok = u0 + u < H;
@@ -112,286 +115,278 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     const int r = e / TS_U, uu = e % TS_U;
     Ps[e] = u0 + uu < H ? p.P32[r * H + u0 + uu] : 0;
   }
+  for (int e = tid; e < TS_N; e += TS_THREADS) lens[e] = n0 + e < N ? (int32_t)length_at(c.L, n0 + e, T) : 0;
   qg_cell32 c32 = p.c32;
   c32.P = Ps;
   c32.H = TS_U;
-  if (gp.lut_smem) {   /* the tables after the h block / tiles (tg_smem) */
-    const size_t rld = (size_t)Kp + 16, hb = (size_t)TS_N * rld, tiles = 2 * (size_t)TS_N * TS_ALD * 4;
-    cell_luts_to_smem(&c32, (int32_t *)(smem + (size_t)TS_M * rld + (hb > tiles ? hb : tiles)), tid, TS_THREADS);
+  if (gp.lut_smem)   /* the tables after the h buffers (tg_smem) */
+    cell_luts_to_smem(&c32, (int32_t *)(smem + (size_t)TS_M * rld + 2 * hbytes), tid, TS_THREADS);
+  const bool fold = gp.wx_bc != NULL;
+  if (SAVE)
+    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
+      const int k = e / TS_U, uu = e % TS_U;
+      const int64_t j = (k % 3) * H + u0 + uu;
+      const bool ok = u0 + uu < H;
+      wzs[6 * TS_U + e] = ok ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
+      wzs[e] = ok && fold ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
+    }
+  cp_async_wait<0>();
+  __syncthreads();   /* R, Ps, the tables, the lengths, wzs */
+
+  if (tid < TG_PT) {
+    /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
+     * groups with R h on mma.sync as each lands (8 warps: 4 K groups x 2 x 48 rows x all 32 rows
+     * of the half), the per-row sums of the h codes, the K groups' sums into the half's two
+     * tiles (two passes), then the tiles' arrival for the cell warps */
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int kg = warp >> 1, wm = warp & 1;
+    const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
+    for (int64_t s = 0; s < T; s++) {
+      const int cur = (int)(s & 1);
+      for (int x = 0; x < 2; x++) {
+        int8_t *Hs = hbuf(x);
+        int32_t *tile = (int32_t *)Hs;
+        /* every block of the group has written the half's rows of step s's h plane (its cells of
+         * step s - 1, which also read this buffer's tiles last) */
+        if (s > 0 && tid == 0) {
+          const int32_t want = (int32_t)(s * gridDim.x);
+          const int32_t *b = gp.bar + blockIdx.y * 2 + x;
+          while (ld_acquire_gpu(b) < want) {
+          }
+          __threadfence();
+        }
+        named_sync(TG_BAR_P, TG_PT);
+        const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp;
+#pragma unroll
+        for (int q = 0; q < TG_KQ; q++) {   /* thread: rows tid / 16 + 16 j, chunk columns c0 + tid % 16 + 16 m */
+          const int c0 = (q * nks / TG_KQ) * 2, c1 = ((q + 1) * nks / TG_KQ) * 2;   /* 16-byte chunk columns */
+#pragma unroll
+          for (int row = tid >> 4; row < TG_HALF; row += TG_PT / 16)
+            for (int cv = c0 + (tid & 15); cv < c1; cv += 16)
+              cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
+          cp_async_commit();
+        }
+        int32_t acc[3][4][4];
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
+        int32_t rs[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int q = 0; q < TG_KQ; q++) {
+          if (q == 0) cp_async_wait<TG_KQ - 1>();
+          else if (q == 1) cp_async_wait<TG_KQ - 2>();
+          else if (q == 2) cp_async_wait<TG_KQ - 3>();
+          else cp_async_wait<0>();
+          named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
+          const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
+          for (int ks = k0 + kg; ks < k1; ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
+        }
+        if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            int32_t v = rs[nt];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (tq == 0) rsum[x][kg][nt * 8 + g] = v;
+          }
+        }
+        named_sync(TG_BAR_P, TG_PT);   /* every product done: the h buffer becomes the tiles */
+        /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
+        for (int pass = 0; pass < 2; pass++) {
+          if ((kg >> 1) == pass) {
+            int32_t *tl = tile + (kg & 1) * TG_HALF * TS_ALD;
+#pragma unroll
+            for (int mt = 0; mt < 3; mt++)
+#pragma unroll
+              for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                  const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * tq + (e & 1);
+                  if (pass == 0) tl[col * TS_ALD + row] = acc[mt][nt][e];
+                  else tl[col * TS_ALD + row] += acc[mt][nt][e];
+                }
+          }
+          if (pass == 0) named_sync(TG_BAR_P, TG_PT);
+        }
+        __threadfence_block();
+        named_arrive(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready */
+      }
+    }
+    return;
   }
 
-  /* this thread's cells: unit u, rows rb + 16 q; their previous codes stay in registers */
-  constexpr int RPT = TS_N / (TS_THREADS / TS_U);
-  const int u = tid % TS_U, rb = tid / TS_U;
+  /* ---- the cell warps: per (step, half), once its tiles are ready, the 32-bit cells of the
+   * block's units (thread: unit ct % TS_U, rows ct / TS_U + 8 q of the half), exactly as
+   * tc_step_kernel's A32 epilogue (a unit outside the 32-bit bounds runs the general cell and
+   * sets the layer's flag); then y, the saved state, hn and the next step's h plane, and the
+   * half's arrival. The four rows' cells are one straight-line block (every row computed,
+   * stores after), so their dependent chains interleave; SAVE = 0 (inference) drops the saved
+   * codes and mask words. */
+  constexpr int RPT = TG_HALF / (TG_PT / TS_U);
+  const int ct = tid - TG_PT, u = ct % TS_U, rb = ct / TS_U;
   const int64_t i = u0 + u;
   const bool unit_ok = i < H;
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H];
-  /* R h's per-unit terms: registers (inference) or wzs rows 6-11 (training) */
-  uint32_t rconst_r[3], roff_r[3];
+  /* R h's per-unit terms and the unit's zero-point terms of W x (cuBLASLt's products; zeros
+   * otherwise): registers (inference) or wzs (training) */
+  uint32_t rconst_r[3], roff_r[3], wbc[3], wow[3];
 #pragma unroll
   for (int k = 0; k < 3; k++) {
     rconst_r[k] = !SAVE && unit_ok ? (uint32_t)p.rconst[k * H + i] : 0;
     roff_r[k] = !SAVE && unit_ok ? (uint32_t)p.roff[k * H + i] : 0;
-  }
-  if (SAVE) {
-    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
-      const int k = e / TS_U, uu = e % TS_U;
-      const int64_t j = (k % 3) * H + u0 + uu;
-      wzs[6 * TS_U + e] = u0 + uu < H ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
-    }
-    for (int e = tid; e < TS_N; e += TS_THREADS) lens[e] = n0 + e < N ? (int32_t)length_at(c.L, n0 + e, T) : 0;
+    wbc[k] = !SAVE && fold && unit_ok ? (uint32_t)gp.wx_bc[k * H + i] : 0;
+    wow[k] = !SAVE && fold && unit_ok ? (uint32_t)gp.wx_ow[k * H + i] : 0;
   }
   auto rconst = [&](int k) -> uint32_t { return SAVE ? wzs[(6 + k) * TS_U + u] : rconst_r[k]; };
   auto roff = [&](int k) -> uint32_t { return SAVE ? wzs[(9 + k) * TS_U + u] : roff_r[k]; };
-  int32_t php[RPT], pwx[RPT][3];
-  uint32_t psx[RPT];   /* inference: SX[tn] of the loaded W x rows (fold) */
-  int32_t Ln_r[RPT];   /* inference: valid steps of the rows (T < 2^31); training: lens */
+  auto bconst = [&](int k) -> uint32_t { return SAVE ? wzs[k * TS_U + u] : wbc[k]; };
+  auto offw = [&](int k) -> uint32_t { return SAVE ? wzs[(3 + k) * TS_U + u] : wow[k]; };
+  auto row_of = [&](int x, int q) -> int { return x * TG_HALF + rb + q * (TG_PT / TS_U); };   /* the block's row */
+  int32_t php[2][RPT], pwx[RPT][3];
+  uint32_t psx[RPT];   /* SX[tn] of the loaded W x rows (fold) */
 #pragma unroll
-  for (int q = 0; q < RPT; q++) {
-    const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
-    Ln_r[q] = !SAVE && n < N ? (int32_t)length_at(c.L, n, T) : 0;
-    php[q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
-  }
-  auto Ln = [&](int q) -> int32_t { return SAVE ? lens[rb + q * (TS_THREADS / TS_U)] : Ln_r[q]; };
-  /* the unit's zero-point terms of W x (cuBLASLt's products; zeros otherwise): registers
-   * (inference) or wzs rows 0-5 (training) */
-  const bool fold = gp.wx_bc != NULL;
-  uint32_t wbc[3] = {0, 0, 0}, wow[3] = {0, 0, 0};
-  if (!SAVE && fold && unit_ok) {
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-      wbc[k] = (uint32_t)gp.wx_bc[k * H + i];
-      wow[k] = (uint32_t)gp.wx_ow[k * H + i];
-    }
-  }
-  if (SAVE && fold)
-    for (int e = tid; e < 6 * TS_U; e += TS_THREADS) {
-      const int k = e / TS_U, uu = e % TS_U;
-      const int64_t j = (k % 3) * H + u0 + uu;
-      wzs[e] = u0 + uu < H ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
-    }
-  if (SAVE) __syncthreads();   /* lens */
-  /* W x accumulators of step s (DRAM at large shapes): loaded a step ahead, before the wait.
-   * Training with the fold: SX[tn] of the block's rows by cp.async into sxs[s & 1] (thread u = 0
-   * of each row; zeros for a row beyond N or a padded step), its own group, committed before
-   * step s's h groups: step s's first wait (cp_async_wait<TG_KQ - 1>) and barrier cover it */
-  auto load_wx = [&](int64_t s) {
+  for (int x = 0; x < 2; x++)
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
-      const int r = rb + q * (TS_THREADS / TS_U);
+      const int64_t n = n0 + row_of(x, q);
+      php[x][q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
+    }
+  /* W x accumulators of (step s, half x) (DRAM at large shapes): loaded a half-step ahead */
+  auto load_wx = [&](int64_t s, int x) {
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+      const int r = row_of(x, q);
       const int64_t n = n0 + r;
       pwx[q][0] = pwx[q][1] = pwx[q][2] = 0;
       psx[q] = 0;
-      if (!SAVE) {
-        if (unit_ok && n < N && s < Ln(q)) {
-          const int64_t tn = (c.reverse ? Ln(q) - 1 - s : s) * N + n;
-          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
-          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
-          if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
-        }
-      } else {
-        const bool ok = n < N && s < Ln(q);
-        const int64_t tn = ok ? (c.reverse ? Ln(q) - 1 - s : s) * N + n : 0;
-        if (unit_ok && ok) {
-          const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
-          pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
-        }
-        if (fold && u == 0) cp_async4(&sxs[SAVE ? s & 1 : 0][SAVE ? r : 0], gp.wx_sx + tn, ok ? 4 : 0);   /* the low word (little-endian) */
-      }
-    }
-    if (SAVE && fold) cp_async_commit();
-  };
-  /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue), applied where
-   * the cells use them: the loads issued a step ahead are not waited for before the arrival */
-  auto fold_wx = [&](int64_t s) {
-    if (!fold) return;
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-      if (SAVE) {
-        const uint32_t sx = sxs[SAVE ? s & 1 : 0][SAVE ? rb + q * (TS_THREADS / TS_U) : 0];
-#pragma unroll
-        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wzs[SAVE ? k * TS_U + u : 0] + wzs[SAVE ? (3 + k) * TS_U + u : 0] * sx);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + wbc[k] + wow[k] * psx[q]);
+      if (unit_ok && n < N && s < lens[r]) {
+        const int64_t tn = (c.reverse ? lens[r] - 1 - s : s) * N + n;
+        const int32_t *wx = c.qwx + tn * gp.wx_ld + i;
+        pwx[q][0] = wx[0]; pwx[q][1] = wx[H]; pwx[q][2] = wx[2 * H];
+        if (fold) psx[q] = (uint32_t)gp.wx_sx[tn];
       }
     }
   };
-  load_wx(0);
+  load_wx(0, 0);
   /* y = (h - z) 2^-e in float: h - z (at most 17 bits) and 2^-e (|e| <= 31, QUANT_SPEC.md section 1)
    * are exact floats and so is their product, the value qg_deq's double rounds to */
   const float ysc = (float)ldexp(1.0, -QH.e);
-  const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
+  const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
 
   for (int64_t s = 0; s < T; s++) {
-    const int cur = (int)(s & 1), nxt = cur ^ 1;
-    /* 1. every block of this batch group has written step s's h plane */
-    if (TG_SKIP != 1 && s > 0 && tid == 0) {
-      const int32_t want = (int32_t)(s * gridDim.x);
-      const int32_t *b = gp.bar + blockIdx.y;
-      while (ld_acquire_gpu(b) < want) {
-      }
-      __threadfence();
-    }
-    __syncthreads();   /* s = 0: R, Ps are issued / written; the wait above for the others */
-    /* 2. the h block in TG_KQ groups of k steps, R h as each lands */
-    const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0) * Kp;
-#pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {   /* thread: rows tid / 16 + 32 j, chunk columns c0 + tid % 16 + 16 m (no divisions) */
-      const int c0 = (q * nks / TG_KQ) * 2, c1 = ((q + 1) * nks / TG_KQ) * 2;   /* 16-byte chunk columns */
-#pragma unroll
-      for (int row = tid >> 4; row < TS_N; row += TS_THREADS / 16)
-        for (int cv = c0 + (tid & 15); cv < c1; cv += 16)
-          cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
-      cp_async_commit();
-    }
-    int32_t acc[3][4][4];
-#pragma unroll
-    for (int a = 0; a < 3; a++)
-#pragma unroll
-      for (int b = 0; b < 4; b++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
-    int32_t rs[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {
-      if (q == 0) cp_async_wait<TG_KQ - 1>();
-      else if (q == 1) cp_async_wait<TG_KQ - 2>();
-      else if (q == 2) cp_async_wait<TG_KQ - 3>();
-      else cp_async_wait<0>();
-      __syncthreads();   /* group q landed for every thread (s = 0: R as well) */
-      const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
-      for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) {
-        rh_k32<4>(acc, rs, Rs, Hs, wm * 48, wn * 32, rld, ks * 32, wm == 0);
-      }
-    }
-    if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
-        int32_t v = rs[nt];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (tq == 0) rsum[kg][wn * 32 + nt * 8 + g] = v;
-      }
-    }
-    __syncthreads();   /* every product done: the h block becomes the tiles */
-    /* 3. the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
-    for (int pass = 0; pass < 2; pass++) {
-      if ((kg >> 1) == pass) {
-        int32_t *tl = tile + (kg & 1) * TS_N * TS_ALD;
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = wn * 32 + nt * 8 + 2 * tq + (e & 1);
-              if (pass == 0) tl[col * TS_ALD + row] = acc[mt][nt][e];
-              else tl[col * TS_ALD + row] += acc[mt][nt][e];
-            }
-      }
-      __syncthreads();
-    }
-    /* the cells. 32-bit units: the four rows' cells in one straight-line block, every row
-     * computed (a row beyond N, a padded step or a unit beyond H gives defined codes that are
-     * not stored: the inputs are clamped by the cell's first requantizations, and the tables are
-     * indexed by clamped codes), so their four dependent chains interleave and the unit's rows
-     * of Ps are read once for the four; then the stores. SAVE = 0 (inference): the saved codes
-     * and the mask word are dead and the compiler drops their work. */
-    fold_wx(s);
-    const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
+    const int nxt = (int)(s & 1) ^ 1;
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
-    if (TG_SKIP == 3) {
-    } else if (use32) {
-      qg_cell32_out o[RPT];
+    for (int x = 0; x < 2; x++) {
+      const int32_t *tile = (const int32_t *)hbuf(x);
+      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s */
+      /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
+      if (fold)
 #pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int r = rb + q * (TS_THREADS / TS_U);
-        uint32_t sh = 0;
+        for (int q = 0; q < RPT; q++)
 #pragma unroll
-        for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
-        uint32_t a[3];
+          for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + bconst(k) + offw(k) * psx[q]);
+      int32_t cwx[RPT][3];
 #pragma unroll
-        for (int k = 0; k < 3; k++)
-          a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] + rconst(k) +
-                 roff(k) * sh;
-        qg_cell32_forward(&c32, u, pwx[q][0], pwx[q][1], pwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[q], &o[q]);
-      }
+      for (int q = 0; q < RPT; q++)
 #pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
-        if (!unit_ok || n >= N) continue;
-        if (s >= Ln(q)) {   /* padded step (t = s): the state stays, y = 0 */
-          if (SAVE) zero_cell(c, s, n, i);
-          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-        } else {
-          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)(o[q].h - QH.z) * ysc;
-          if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
-            uint32_t wd[3];
-            qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
-            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
-            d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
-          }
-          php[q] = o[q].h;
-        }
-      }
-    } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
+        for (int k = 0; k < 3; k++) cwx[q][k] = pwx[q][k];
+      /* the next (step, half)'s W x, in flight during these cells */
+      if (x == 0) load_wx(s, 1);
+      else if (s + 1 < T) load_wx(s + 1, 0);
+      if (use32) {
+        qg_cell32_out o[RPT];
 #pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int r = rb + q * (TS_THREADS / TS_U);
-        const int64_t n = n0 + r;
-        if (!unit_ok || n >= N) continue;
-        const int32_t hp = php[q];
-        int32_t hnew = hp;
-        if (s >= Ln(q)) {
-          zero_cell(c, s, n, i);
-          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-        } else {
-          const int64_t t = c.reverse ? Ln(q) - 1 - s : s;
+        for (int q = 0; q < RPT; q++) {
+          const int r = rb + q * (TG_PT / TS_U);
           uint32_t sh = 0;
 #pragma unroll
-          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[k][r];
-          const qg_qp QRH = c.cell.a[QG_Q_MATMUL_RH];
-          qg_cell_in in;
-          fill_bias(c, i, &in);
-          in.mask = 0;
+          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][r];
+          uint32_t a[3];
 #pragma unroll
-          for (int k = 0; k < 3; k++) {
-            const uint32_t a = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TS_N * TS_ALD + r * TS_ALD + k * TS_U + u] +
-                               rconst(k) + roff(k) * sh;
-            int m;
-            in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
-            in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
-          }
-#pragma unroll
-          for (int k = 0; k < 3; k++) {
-            int m;
-            in.wx[k] = qg_requant64(pwx[q][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
-            in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
-          }
-          in.hprev = hp;
-          hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
+          for (int k = 0; k < 3; k++)
+            a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
+                   rconst(k) + roff(k) * sh;
+          qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q]);
         }
-        php[q] = hnew;
-      }
-    }
 #pragma unroll
-    for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
-      const int64_t n = n0 + rb + q * (TS_THREADS / TS_U);
-      if (!unit_ok || n >= N) continue;
-      if (SAVE) hsave[n * H + i] = php[q];
-      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(php[q], QH);
-      int8_t p0, p1;
-      split_planes(php[q], p.baseH, 1, &p0, &p1);
-      p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
-    }
-    if (s + 1 < T) {
-      load_wx(s + 1);
-      __syncthreads();   /* every cell of the block written (and the tiles read) */
-      if (tid == 0) {
-        __threadfence();
-        atomicAdd(gp.bar + blockIdx.y, 1);
+        for (int q = 0; q < RPT; q++) {
+          const int r = row_of(x, q);
+          const int64_t n = n0 + r;
+          if (!unit_ok || n >= N) continue;
+          if (s >= lens[r]) {   /* padded step (t = s): the state stays, y = 0 */
+            if (SAVE) zero_cell(c, s, n, i);
+            c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+          } else {
+            const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+            c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)(o[q].h - QH.z) * ysc;
+            if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
+              uint32_t wd[3];
+              qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
+              uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
+              d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
+            }
+            php[x][q] = o[q].h;
+          }
+        }
+      } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+          const int r = row_of(x, q), rh = rb + q * (TG_PT / TS_U);
+          const int64_t n = n0 + r;
+          if (!unit_ok || n >= N) continue;
+          const int32_t hp = php[x][q];
+          int32_t hnew = hp;
+          if (s >= lens[r]) {
+            zero_cell(c, s, n, i);
+            c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+          } else {
+            const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+            uint32_t sh = 0;
+#pragma unroll
+            for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][rh];
+            const qg_qp QRH = c.cell.a[QG_Q_MATMUL_RH];
+            qg_cell_in in;
+            fill_bias(c, i, &in);
+            in.mask = 0;
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+              const uint32_t a = (uint32_t)tile[rh * TS_ALD + k * TS_U + u] +
+                                 (uint32_t)tile[TG_HALF * TS_ALD + rh * TS_ALD + k * TS_U + u] + rconst(k) + roff(k) * sh;
+              int m;
+              in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
+              in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+            }
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+              int m;
+              in.wx[k] = qg_requant64(cwx[q][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
+              in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
+            }
+            in.hprev = hp;
+            hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
+          }
+          php[x][q] = hnew;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
+        const int64_t n = n0 + row_of(x, q);
+        if (!unit_ok || n >= N) continue;
+        if (SAVE) hsave[n * H + i] = php[x][q];
+        if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(php[x][q], QH);
+        int8_t p0, p1;
+        split_planes(php[x][q], p.baseH, 1, &p0, &p1);
+        p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
+      }
+      if (s + 1 < T) {
+        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
+        if (ct == 0) {
+          __threadfence();
+          atomicAdd(gp.bar + blockIdx.y * 2 + x, 1);
+        }
       }
     }
   }
