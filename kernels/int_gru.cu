@@ -238,10 +238,10 @@ __device__ __forceinline__ uint32_t lds32(const int8_t *p) { return *(const uint
 /* ldmatrix .x4: four 8 x 16-byte matrices from shared memory, lane l giving the address of row
  * l % 8 of matrix l / 8; thread t receives the 4 bytes at row t / 4, bytes 4 (t % 4) of each, which
  * is the layout of an int8 mma.sync fragment register. */
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const int8_t *p) {
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, uint32_t saddr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"((unsigned)__cvta_generic_to_shared(p)));
+               : "r"(saddr));
 }
 
 /* One k32 slice of a warp's R h tile, as tc_step_kernel and tc_grid_kernel run it: the warp's 3
@@ -258,11 +258,11 @@ __device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[N
   const int lane = threadIdx.x & 31, r8 = lane & 7, mi = lane >> 3;
   uint32_t af[3][4], bf[NT][2];
   /* A: matrices (rows 0-7, bytes 0-15), (rows 8-15, 0-15), (0-7, 16-31), (8-15, 16-31) = a0..a3 */
-  const int8_t *a = As + (ra0 + r8 + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 16;
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(As) + (ra0 + r8 + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 16;
 #pragma unroll
   for (int mt = 0; mt < 3; mt++) ldsm_x4(af[mt][0], af[mt][1], af[mt][2], af[mt][3], a + mt * 16 * ld);
   /* B, two n8 tiles at a time: matrices (tile 2p, bytes 0-15), (2p, 16-31), (2p + 1, 0-15), (2p + 1, 16-31) */
-  const int8_t *b = Bs + (rb0 + (mi >> 1) * 8 + r8) * ld + k0 + (mi & 1) * 16;
+  const uint32_t b = (uint32_t)__cvta_generic_to_shared(Bs) + (rb0 + (mi >> 1) * 8 + r8) * ld + k0 + (mi & 1) * 16;
 #pragma unroll
   for (int np = 0; np < NT / 2; np++) ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], b + np * 16 * ld);
 #pragma unroll
@@ -625,6 +625,10 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
                "r"(bytes)
                : "memory");
+}
+/* cp_async16 to a shared address (cvta'd once by the caller) */
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),

@@ -45,6 +45,11 @@
  * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
  * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, TG_BAR_T + x: half x's tiles
  * ready (the product warps arrive, the cell warps wait). */
+/* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
+ * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
+#ifndef TG_SKIP
+#define TG_SKIP 0
+#endif
 enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3 };
 
 struct tg_params {
@@ -141,6 +146,10 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int kg = warp >> 1, wm = warp & 1;
     const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
+    /* the h copy: thread t takes row t / 8 of the half, 16-byte chunk columns t % 8 + 8 j */
+    const int crow = tid >> 3, ccol = (tid & 7) * 16;
+    const uint32_t cdst = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)(TS_M * rld) + (uint32_t)(crow * rld + ccol);
+    const int64_t csrc = (int64_t)crow * Kp + ccol;
     for (int64_t s = 0; s < T; s++) {
       const int cur = (int)(s & 1);
       for (int x = 0; x < 2; x++) {
@@ -156,14 +165,12 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           __threadfence();
         }
         named_sync(TG_BAR_P, TG_PT);
-        const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp;
+        const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
+        const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
-        for (int q = 0; q < TG_KQ; q++) {   /* thread: rows tid / 16 + 16 j, chunk columns c0 + tid % 16 + 16 m */
-          const int c0 = (q * nks / TG_KQ) * 2, c1 = ((q + 1) * nks / TG_KQ) * 2;   /* 16-byte chunk columns */
-#pragma unroll
-          for (int row = tid >> 4; row < TG_HALF; row += TG_PT / 16)
-            for (int cv = c0 + (tid & 15); cv < c1; cv += 16)
-              cp_async16(Hs + (size_t)row * rld + cv * 16, Hg + (int64_t)row * Kp + cv * 16, 16);
+        for (int q = 0; q < TG_KQ; q++) {
+          const int b0 = (q * nks / TG_KQ) * 32, b1 = ((q + 1) * nks / TG_KQ) * 32;   /* the group's bytes of a row */
+          for (int b = b0; b + ccol < b1; b += 128) cp_async16_s(Hd + b, Hg + b);
           cp_async_commit();
         }
         int32_t acc[3][4][4];
@@ -182,7 +189,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           else cp_async_wait<0>();
           named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
           const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
-          for (int ks = k0 + kg; ks < k1; ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
+          for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
         }
         if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
 #pragma unroll
@@ -296,7 +303,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       /* the next (step, half)'s W x, in flight during these cells */
       if (x == 0) load_wx(s, 1);
       else if (s + 1 < T) load_wx(s + 1, 0);
-      if (use32) {
+      if (TG_SKIP == 3) {
+      } else if (use32) {
         qg_cell32_out o[RPT];
 #pragma unroll
         for (int q = 0; q < RPT; q++) {
@@ -376,7 +384,6 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         const int64_t n = n0 + row_of(x, q);
         if (!unit_ok || n >= N) continue;
         if (SAVE) hsave[n * H + i] = php[x][q];
-        if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(php[x][q], QH);
         int8_t p0, p1;
         split_planes(php[x][q], p.baseH, 1, &p0, &p1);
         p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
@@ -390,4 +397,12 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
     }
   }
+  if (c.hn)   /* the last step's h */
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+      for (int q = 0; q < RPT; q++) {
+        const int64_t n = n0 + row_of(x, q);
+        if (unit_ok && n < N) c.hn[n * H + i] = (float)qg_deq(php[x][q], QH);
+      }
 }
