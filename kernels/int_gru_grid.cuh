@@ -84,6 +84,11 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+/* *p += v with release semantics at GPU scope (the writes this thread observed, the block's
+ * stores ordered before it by a barrier included, are visible to an acquire that reads the sum) */
+__device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
@@ -162,9 +167,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           const int32_t *b = gp.bar + blockIdx.y * 2 + x;
           while (ld_acquire_gpu(b) < want) {
           }
-          __threadfence();
         }
-        named_sync(TG_BAR_P, TG_PT);
+        named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
         const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
         const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
@@ -390,10 +394,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
       if (s + 1 < T) {
         named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
-        if (ct == 0) {
-          __threadfence();
-          atomicAdd(gp.bar + blockIdx.y * 2 + x, 1);
-        }
+        if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
       }
     }
   }
