@@ -56,7 +56,8 @@
  *        kernel cannot hold R, in the 32-bit mode with one int8 plane of R and of h, no forced
  *        cluster shape, and every block of the tensor-core step's grid resident at once: one
  *        cooperative launch for all steps, the step kernel's tiles with R's rows held in shared
- *        memory, an arrival counter per batch group between steps (also what a forced
+ *        memory, each block's two batch halves in a ping-pong between its product and cell
+ *        warps, an arrival counter per (batch group, half) between steps (also what a forced
  *        PERSISTENT path takes there).
  *      - fallback: one kernel per step (tc_step_kernel), for shapes whose R does not fit a
  *        cluster (large H). R's int8 planes stay in L2 between steps; the h planes of the step

@@ -10,32 +10,43 @@
  * tensor-core work. Here one cooperative launch runs all T steps: the same tiles (block = TS_U
  * units, all three gates = TS_M rows of R, x TS_N batch rows; grid ceil(H/TS_U) x ceil(N/TS_N),
  * one block per multiprocessor, all resident) but the block's rows of R stay in shared memory for
- * the whole sequence and the cells' previous codes in registers. Per step a block:
- *   1. waits until every block of its batch group (the same blockIdx.y: the blocks whose h it
- *      reads) has written the step's h planes: one arrival counter per batch group in global
- *      memory, monotonic over the launch (cooperative groups' grid barrier pattern: block
- *      barrier, one thread's __threadfence + atomicAdd; the waiting thread polls with an acquire
- *      load, fences, then a block barrier);
- *   2. copies its TS_N rows of the step's h plane (all K) from L2 with cp.async in TG_KQ groups,
- *      and runs R h on mma.sync m16n8k32 as each group lands (16 warps: 4 K groups x 2 x 48 rows
- *      x 2 x 32 batch rows; every R fragment is read twice per step, every h fragment twice), the
- *      per-row sums of the h codes for the zero-point term from the same B fragments (__dp4a);
- *   3. adds the K groups' partial sums in shared memory (two tiles, two passes) and runs the
- *      32-bit cell of int_gru_cell.h for its units (thread: unit tid % TS_U, batch rows
- *      tid / TS_U + 16 q), exactly as tc_step_kernel's A32 epilogue (a unit outside the 32-bit
- *      bounds runs the general cell and sets the layer's flag), then writes y, the saved state,
- *      hn and the next step's h plane (double-buffered as for tc_step_kernel), and arrives.
- *      The four rows' cells are one straight-line block (every row computed, stores after), so
- *      their dependent chains interleave; the activation tables sit in shared memory where they
- *      fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
+ * the whole sequence and the cells' previous codes in registers.
+ * Within a block, the TS_N batch rows are two halves of TG_HALF rows that never mix, run as a
+ * ping-pong: warps 0-7 (the product warps) and warps 8-15 (the cell warps) work on different
+ * halves at once, so that one half's R h (tensor cores, shared-memory loads) runs beside the
+ * other half's cells (integer ALU) and each half's wait for the other blocks hides behind the
+ * other half's work (bench/cuda_int_gru.md, "ping-pong": the forward 12.1 -> 10.2 us a step at
+ * large). For each step s and half x in turn:
+ *   the product warps
+ *   1. wait until every block of the batch group (the same blockIdx.y: the blocks whose h they
+ *      read) has written the half's rows of step s's h plane: one arrival counter per (batch
+ *      group, half) in global memory, monotonic over the launch, which the cell warps' last
+ *      barrier plus one thread's red.release.gpu advance and one product thread polls with an
+ *      acquire load before the product warps' barrier;
+ *   2. copy the half's rows of the h plane (all K) from L2 into the half's buffer with cp.async
+ *      in TG_KQ groups and run R h on mma.sync m16n8k32 (ldmatrix fragments) as each group lands
+ *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
+ *      codes for the zero-point term from the same B fragments (__dp4a);
+ *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
+ *      the cell warps (named barrier TG_BAR_T + x: the product warps arrive, the cell warps wait);
+ *   the cell warps
+ *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
+ *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
+ *      outside the 32-bit bounds runs the general cell and sets the layer's flag), with W x
+ *      loaded a half-step ahead, then write y, the saved state and the next step's h plane
+ *      (double-buffered as for tc_step_kernel), and arrive (hn after the last step). The four
+ *      rows' cells are one straight-line block (every row computed, stores after), so their
+ *      dependent chains interleave; the activation tables sit in shared memory where they fit
+ *      (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
+ * The half's buffer is reused only after its group's arrival for the previous step, which counts
+ * this block's cell warps, so their reads of the tiles are done.
  * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
- * the plane products in rows of wx_ld int32, to which fold_wx adds the zero-point terms (mod
- * 2^32, the values wx_gemm_kernel's acc_out epilogue writes) where the cells use them; else
- * wx_gemm_kernel's accumulators. The inference variant keeps the terms in registers; the
- * training variant (SAVE = 1, at the 128-register limit) reads them from shared memory: the
- * units' bconst / offW (wzs) and the rows' SX[tn], copied by cp.async a step ahead (sxs).
+ * the plane products in rows of wx_ld int32, to which the cell warps add the zero-point terms
+ * bconst + offW SX[tn] (mod 2^32, the values wx_gemm_kernel's acc_out epilogue writes); else
+ * wx_gemm_kernel's accumulators. The inference variant keeps the per-unit terms in registers, the
+ * training variant (SAVE = 1) in shared memory (wzs).
  * Conditions (host): the 32-bit mode, one int8 plane of R and of h (operands of at most 8 bits),
- * no forced persistent shape, the block's shared memory (R rows + the h block) within the
+ * no forced persistent shape, the block's shared memory (R rows + the two halves' buffers) within the
  * device's limit, every block resident at once (occupancy API x multiprocessors), cooperative
  * launch supported. Bit-exact as the step kernel (the same integer sums: int32 plane products
  * below 2^14 Kp, then taken mod 2^32 as the 32-bit mode bounds them below 2^29).
