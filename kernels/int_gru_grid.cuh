@@ -27,8 +27,8 @@
  *      in TG_KQ groups and run R h on mma.sync m16n8k32 (ldmatrix fragments) as each group lands
  *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
  *      codes for the zero-point term from the same B fragments (__dp4a);
- *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
- *      the cell warps (named barrier TG_BAR_T + x: the product warps arrive, the cell warps wait);
+ *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and meet the
+ *      cell warps at the half's block-wide named barrier (TG_BAR_T + x);
  *   the cell warps
  *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
  *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
@@ -38,8 +38,8 @@
  *      rows' cells are one straight-line block (every row computed, stores after), so their
  *      dependent chains interleave; the activation tables sit in shared memory where they fit
  *      (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
- * The half's buffer is reused only after its group's arrival for the previous step, which counts
- * this block's cell warps, so their reads of the tiles are done.
+ * A half's buffer takes the next copy only after the other half's block-wide barrier, by which
+ * the cell warps have read its tiles.
  * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
  * the plane products in rows of wx_ld int32, to which the cell warps add the zero-point terms
  * bconst + offW SX[tn] (mod 2^32, the values wx_gemm_kernel's acc_out epilogue writes); else
@@ -54,17 +54,18 @@
 
 /* Warp roles (see the header): warps 0-7 (TG_PT threads) run the h copies and R h, warps 8-15 the
  * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
- * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, TG_BAR_T + x: half x's tiles
- * ready (the product warps arrive, the cell warps wait), TG_BAR_F + x: half x's buffer free again
- * (the cell warps arrive once they have read its tiles, the product warps wait before the next
- * copy into it; the group's arrival counter implies it too, but through global memory, which
- * compute-sanitizer's racecheck does not follow). */
+ * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, and TG_BAR_T + x among all
+ * threads: the product warps have written half x's tiles and row sums, and the cell warps have
+ * finished the other half's cells, so they have read that half's tiles and row sums and its
+ * buffer may take the next copy (the group's arrival counter implies that too, but through
+ * global memory, which compute-sanitizer's racecheck does not follow; and the product warps
+ * would wait for this block's cells at the group's counter anyway). */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
 #define TG_SKIP 0
 #endif
-enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3, TG_BAR_F = 5 };
+enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3 };
 
 struct tg_params {
   ts_params t;
@@ -104,7 +105,6 @@ __device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
@@ -183,7 +183,6 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           }
         }
         named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
-        if (s > 0) named_sync(TG_BAR_F + x, TS_THREADS);   /* this block's cell warps have read the buffer's tiles */
         const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
         const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
@@ -237,8 +236,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           }
           if (pass == 0) named_sync(TG_BAR_P, TG_PT);
         }
-        __threadfence_block();
-        named_arrive(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready */
+        named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready; the cell warps are done with the other half's */
       }
     }
     return;
@@ -307,7 +305,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     for (int x = 0; x < 2; x++) {
       const int32_t *tile = (const int32_t *)hbuf(x);
-      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s */
+      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s (and the other half's read) */
       /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
       if (fold)
 #pragma unroll
@@ -398,7 +396,6 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           php[x][q] = hnew;
         }
       }
-      if (s + 1 < T) named_arrive(TG_BAR_F + x, TS_THREADS);   /* the half's tiles and row sums are read */
 #pragma unroll
       for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
         const int64_t n = n0 + row_of(x, q);
