@@ -160,18 +160,90 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   cp_async_wait<0>();
   __syncthreads();   /* R, Ps, the tables, the lengths, wzs */
 
-  const bool prod = tid < TG_PT;
-  /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
-   * groups with R h on mma.sync as each lands (8 warps: 4 K groups x 2 x 48 rows x all 32 rows
-   * of the half), the per-row sums of the h codes, the K groups' sums into the half's two
-   * tiles (two passes), then the tiles' arrival for the cell warps */
-  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int kg = warp >> 1, wm = warp & 1;
-  const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
-  /* the h copy: thread t takes row t / 8 of the half, 16-byte chunk columns t % 8 + 8 j */
-  const int crow = tid >> 3, ccol = (tid & 7) * 16;
-  const uint32_t cdst = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)(TS_M * rld) + (uint32_t)(crow * rld + ccol);
-  const int64_t csrc = (int64_t)crow * Kp + ccol;
+  if (tid < TG_PT) {
+    /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
+     * groups with R h on mma.sync as each lands (8 warps: 4 K groups x 2 x 48 rows x all 32 rows
+     * of the half), the per-row sums of the h codes, the K groups' sums into the half's two
+     * tiles (two passes), then the tiles' arrival for the cell warps */
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int kg = warp >> 1, wm = warp & 1;
+    const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
+    /* the h copy: thread t takes row t / 8 of the half, 16-byte chunk columns t % 8 + 8 j */
+    const int crow = tid >> 3, ccol = (tid & 7) * 16;
+    const uint32_t cdst = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)(TS_M * rld) + (uint32_t)(crow * rld + ccol);
+    const int64_t csrc = (int64_t)crow * Kp + ccol;
+    for (int64_t s = 0; s < T; s++) {
+      const int cur = (int)(s & 1);
+      for (int x = 0; x < 2; x++) {
+        int8_t *Hs = hbuf(x);
+        int32_t *tile = (int32_t *)Hs;
+        /* every block of the group has written the half's rows of step s's h plane (its cells of
+         * step s - 1, which also read this buffer's tiles last) */
+        if (s > 0 && tid == 0) {
+          const int32_t want = (int32_t)(s * gridDim.x);
+          const int32_t *b = gp.bar + blockIdx.y * 2 + x;
+          while (ld_acquire_gpu(b) < want) {
+          }
+        }
+        named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
+        const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
+        const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
+#pragma unroll
+        for (int q = 0; q < TG_KQ; q++) {
+          const int b0 = (q * nks / TG_KQ) * 32, b1 = ((q + 1) * nks / TG_KQ) * 32;   /* the group's bytes of a row */
+          for (int b = b0; b + ccol < b1; b += 128) cp_async16_s(Hd + b, Hg + b);
+          cp_async_commit();
+        }
+        int32_t acc[3][4][4];
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
+        int32_t rs[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int q = 0; q < TG_KQ; q++) {
+          if (q == 0) cp_async_wait<TG_KQ - 1>();
+          else if (q == 1) cp_async_wait<TG_KQ - 2>();
+          else if (q == 2) cp_async_wait<TG_KQ - 3>();
+          else cp_async_wait<0>();
+          named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
+          const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
+          for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
+        }
+        if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            int32_t v = rs[nt];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (tq == 0) rsum[x][kg][nt * 8 + g] = v;
+          }
+        }
+        named_sync(TG_BAR_P, TG_PT);   /* every product done: the h buffer becomes the tiles */
+        /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
+        for (int pass = 0; pass < 2; pass++) {
+          if ((kg >> 1) == pass) {
+            int32_t *tl = tile + (kg & 1) * TG_HALF * TS_ALD;
+#pragma unroll
+            for (int mt = 0; mt < 3; mt++)
+#pragma unroll
+              for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                  const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * tq + (e & 1);
+                  if (pass == 0) tl[col * TS_ALD + row] = acc[mt][nt][e];
+                  else tl[col * TS_ALD + row] += acc[mt][nt][e];
+                }
+          }
+          if (pass == 0) named_sync(TG_BAR_P, TG_PT);
+        }
+        __syncthreads();   /* (TG_BAR_T) the half's tiles and row sums are ready; the cell warps are done with the other half's */
+      }
+    }
+    return;
+  }
 
   /* ---- the cell warps: per (step, half), once its tiles are ready, the 32-bit cells of the
    * block's units (thread: unit ct % TS_U, rows ct / TS_U + 8 q of the half), exactly as
@@ -181,7 +253,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
    * stores after), so their dependent chains interleave; SAVE = 0 (inference) drops the saved
    * codes and mask words. */
   constexpr int RPT = TG_HALF / (TG_PT / TS_U);
-  const int ct = prod ? 0 : tid - TG_PT, u = ct % TS_U, rb = ct / TS_U;   /* (the product threads: any valid cell) */
+  const int ct = tid - TG_PT, u = ct % TS_U, rb = ct / TS_U;
   const int64_t i = u0 + u;
   const bool unit_ok = i < H;
   const qg_qp QH = c.cell.a[QG_Q_OUTPUT_H];
@@ -225,200 +297,124 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
     }
   };
+  load_wx(0, 0);
   /* y = (h - z) 2^-e in float: h - z (at most 17 bits) and 2^-e (|e| <= 31, QUANT_SPEC.md section 1)
    * are exact floats and so is their product, the value qg_deq's double rounds to */
   const float ysc = (float)ldexp(1.0, -QH.e);
   const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
 
-  /* The roles meet at one block barrier per (step, half), in common code: in iteration it, the
-   * product warps run the products of (step, half) it and the cell warps the cells of it - 1
-   * (racecheck follows a barrier only where all threads reach the same instruction; with a
-   * barrier in each role's own loop it reported the ordered tile accesses as hazards). */
-  auto products = [&](int64_t s, int x) {
-    const int cur = (int)(s & 1);
-    int8_t *Hs = hbuf(x);
-    int32_t *tile = (int32_t *)Hs;
-    /* every block of the group has written the half's rows of step s's h plane (its cells of
-     * step s - 1, which also read this buffer's tiles last) */
-    if (s > 0 && tid == 0) {
-      const int32_t want = (int32_t)(s * gridDim.x);
-      const int32_t *b = gp.bar + blockIdx.y * 2 + x;
-      while (ld_acquire_gpu(b) < want) {
-      }
-    }
-    named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
-    const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
-    const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
-#pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {
-      const int b0 = (q * nks / TG_KQ) * 32, b1 = ((q + 1) * nks / TG_KQ) * 32;   /* the group's bytes of a row */
-      for (int b = b0; b + ccol < b1; b += 128) cp_async16_s(Hd + b, Hg + b);
-      cp_async_commit();
-    }
-    int32_t acc[3][4][4];
-#pragma unroll
-    for (int a = 0; a < 3; a++)
-#pragma unroll
-      for (int b = 0; b < 4; b++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
-    int32_t rs[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int q = 0; q < TG_KQ; q++) {
-      if (q == 0) cp_async_wait<TG_KQ - 1>();
-      else if (q == 1) cp_async_wait<TG_KQ - 2>();
-      else if (q == 2) cp_async_wait<TG_KQ - 3>();
-      else cp_async_wait<0>();
-      named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
-      const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
-      for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
-    }
-    if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
-        int32_t v = rs[nt];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (tq == 0) rsum[x][kg][nt * 8 + g] = v;
-      }
-    }
-    named_sync(TG_BAR_P, TG_PT);   /* every product done: the h buffer becomes the tiles */
-    /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
-    for (int pass = 0; pass < 2; pass++) {
-      if ((kg >> 1) == pass) {
-        int32_t *tl = tile + (kg & 1) * TG_HALF * TS_ALD;
-#pragma unroll
-        for (int mt = 0; mt < 3; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int row = wm * 48 + mt * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * tq + (e & 1);
-              if (pass == 0) tl[col * TS_ALD + row] = acc[mt][nt][e];
-              else tl[col * TS_ALD + row] += acc[mt][nt][e];
-            }
-      }
-      if (pass == 0) named_sync(TG_BAR_P, TG_PT);
-    }
-  };
-  auto cells = [&](int64_t s, int x) {
-    const int32_t *tile = (const int32_t *)hbuf(x);
+  for (int64_t s = 0; s < T; s++) {
     const int nxt = (int)(s & 1) ^ 1;
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
-    /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
-    if (fold)
+    for (int x = 0; x < 2; x++) {
+      const int32_t *tile = (const int32_t *)hbuf(x);
+      __syncthreads();   /* (TG_BAR_T) the half's tiles of step s (and the other half's read) */
+      /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
+      if (fold)
+#pragma unroll
+        for (int q = 0; q < RPT; q++)
+#pragma unroll
+          for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + bconst(k) + offw(k) * psx[q]);
+      int32_t cwx[RPT][3];
 #pragma unroll
       for (int q = 0; q < RPT; q++)
 #pragma unroll
-        for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + bconst(k) + offw(k) * psx[q]);
-    int32_t cwx[RPT][3];
+        for (int k = 0; k < 3; k++) cwx[q][k] = pwx[q][k];
+      /* the next (step, half)'s W x, in flight during these cells */
+      if (x == 0) load_wx(s, 1);
+      else if (s + 1 < T) load_wx(s + 1, 0);
+      if (TG_SKIP == 3) {
+      } else if (use32) {
+        qg_cell32_out o[RPT];
 #pragma unroll
-    for (int q = 0; q < RPT; q++)
-#pragma unroll
-      for (int k = 0; k < 3; k++) cwx[q][k] = pwx[q][k];
-    /* the next (step, half)'s W x, in flight during these cells */
-    if (x == 0) load_wx(s, 1);
-    else if (s + 1 < T) load_wx(s + 1, 0);
-    if (TG_SKIP == 3) {
-    } else if (use32) {
-      qg_cell32_out o[RPT];
-#pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int r = rb + q * (TG_PT / TS_U);
-        uint32_t sh = 0;
-#pragma unroll
-        for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][r];
-        uint32_t a[3];
-#pragma unroll
-        for (int k = 0; k < 3; k++)
-          a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
-                 rconst(k) + roff(k) * sh;
-        qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q]);
-      }
-#pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int r = row_of(x, q);
-        const int64_t n = n0 + r;
-        if (!unit_ok || n >= N) continue;
-        if (s >= lens[r]) {   /* padded step (t = s): the state stays, y = 0 */
-          if (SAVE) zero_cell(c, s, n, i);
-          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-        } else {
-          const int64_t t = c.reverse ? lens[r] - 1 - s : s;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)(o[q].h - QH.z) * ysc;
-          if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
-            uint32_t wd[3];
-            qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
-            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
-            d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
-          }
-          php[x][q] = o[q].h;
-        }
-      }
-    } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
-#pragma unroll
-      for (int q = 0; q < RPT; q++) {
-        const int r = row_of(x, q), rh = rb + q * (TG_PT / TS_U);
-        const int64_t n = n0 + r;
-        if (!unit_ok || n >= N) continue;
-        const int32_t hp = php[x][q];
-        int32_t hnew = hp;
-        if (s >= lens[r]) {
-          zero_cell(c, s, n, i);
-          c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
-        } else {
-          const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+        for (int q = 0; q < RPT; q++) {
+          const int r = rb + q * (TG_PT / TS_U);
           uint32_t sh = 0;
 #pragma unroll
-          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][rh];
-          const qg_qp QRH = c.cell.a[QG_Q_MATMUL_RH];
-          qg_cell_in in;
-          fill_bias(c, i, &in);
-          in.mask = 0;
+          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][r];
+          uint32_t a[3];
 #pragma unroll
-          for (int k = 0; k < 3; k++) {
-            const uint32_t a = (uint32_t)tile[rh * TS_ALD + k * TS_U + u] +
-                               (uint32_t)tile[TG_HALF * TS_ALD + rh * TS_ALD + k * TS_U + u] + rconst(k) + roff(k) * sh;
-            int m;
-            in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
-            in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
-          }
-#pragma unroll
-          for (int k = 0; k < 3; k++) {
-            int m;
-            in.wx[k] = qg_requant64(cwx[q][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
-            in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
-          }
-          in.hprev = hp;
-          hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
+          for (int k = 0; k < 3; k++)
+            a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
+                   rconst(k) + roff(k) * sh;
+          qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q]);
         }
-        php[x][q] = hnew;
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+          const int r = row_of(x, q);
+          const int64_t n = n0 + r;
+          if (!unit_ok || n >= N) continue;
+          if (s >= lens[r]) {   /* padded step (t = s): the state stays, y = 0 */
+            if (SAVE) zero_cell(c, s, n, i);
+            c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+          } else {
+            const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+            c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)(o[q].h - QH.z) * ysc;
+            if (SAVE) {   /* narrow (the 32-bit mode implies it): three aligned words */
+              uint32_t wd[3];
+              qg_cell_narrow_words(&c.cell, o[q].zpre, o[q].rpre, o[q].gpre, o[q].rhb, o[q].mask, wd);
+              uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
+              d[0] = wd[0]; d[1] = wd[1]; d[2] = wd[2];
+            }
+            php[x][q] = o[q].h;
+          }
+        }
+      } else {   /* a unit outside the 32-bit bounds: the general cell, as tc_step_kernel's */
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+          const int r = row_of(x, q), rh = rb + q * (TG_PT / TS_U);
+          const int64_t n = n0 + r;
+          if (!unit_ok || n >= N) continue;
+          const int32_t hp = php[x][q];
+          int32_t hnew = hp;
+          if (s >= lens[r]) {
+            zero_cell(c, s, n, i);
+            c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+          } else {
+            const int64_t t = c.reverse ? lens[r] - 1 - s : s;
+            uint32_t sh = 0;
+#pragma unroll
+            for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][rh];
+            const qg_qp QRH = c.cell.a[QG_Q_MATMUL_RH];
+            qg_cell_in in;
+            fill_bias(c, i, &in);
+            in.mask = 0;
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+              const uint32_t a = (uint32_t)tile[rh * TS_ALD + k * TS_U + u] +
+                                 (uint32_t)tile[TG_HALF * TS_ALD + rh * TS_ALD + k * TS_U + u] + rconst(k) + roff(k) * sh;
+              int m;
+              in.rh[k] = qg_requant64((int64_t)(int32_t)a, c.eR[k * H + i] + QH.e, QRH, &m);
+              in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+            }
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+              int m;
+              in.wx[k] = qg_requant64(cwx[q][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
+              in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
+            }
+            in.hprev = hp;
+            hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
+          }
+          php[x][q] = hnew;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
+        const int64_t n = n0 + row_of(x, q);
+        if (!unit_ok || n >= N) continue;
+        if (SAVE) hsave[n * H + i] = php[x][q];
+        int8_t p0, p1;
+        split_planes(php[x][q], p.baseH, 1, &p0, &p1);
+        p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
+      }
+      if (s + 1 < T) {
+        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
+        if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
       }
     }
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
-      const int64_t n = n0 + row_of(x, q);
-      if (!unit_ok || n >= N) continue;
-      if (SAVE) hsave[n * H + i] = php[x][q];
-      int8_t p0, p1;
-      split_planes(php[x][q], p.baseH, 1, &p0, &p1);
-      p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
-    }
-    if (s + 1 < T) {
-      named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
-      if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
-    }
-  };
-  if (!prod) load_wx(0, 0);
-  for (int64_t it = 0; it <= 2 * T; it++) {
-    if (prod) {
-      if (it < 2 * T) products(it >> 1, (int)(it & 1));
-    } else if (it > 0) {
-      cells((it - 1) >> 1, (int)((it - 1) & 1));
-    }
-    __syncthreads();   /* (TG_BAR_T) the tiles of it ready; the cells of it - 1 have read theirs */
   }
-  if (!prod && c.hn)   /* the last step's h */
+  if (c.hn)   /* the last step's h */
 #pragma unroll
     for (int x = 0; x < 2; x++)
 #pragma unroll
