@@ -28,7 +28,7 @@
  *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
  *      codes for the zero-point term from the same B fragments (__dp4a);
  *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and meet the
- *      cell warps at a block barrier;
+ *      cell warps at the half's block-wide named barrier (TG_BAR_T + x);
  *   the cell warps
  *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
  *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
@@ -54,21 +54,18 @@
 
 /* Warp roles (see the header): warps 0-7 (TG_PT threads) run the h copies and R h, warps 8-15 the
  * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
- * TG_BAR_P among the product warps, TG_BAR_C among the cell warps; and "TG_BAR_T", the block
- * barrier (__syncthreads: both roles take the halves in the same order, so one barrier serves
- * both halves) once per (step, half): the product warps have written half x's tiles and row sums,
- * and the cell warps have finished the other half's cells, so they have read that half's tiles
- * and row sums and its buffer may take the next copy (the group's arrival counter implies that
- * too, but through global memory, which compute-sanitizer's racecheck does not follow; and the
- * product warps would wait for this block's cells at the group's counter anyway). With a named
- * barrier per half (bar.sync 3 + x, 512 threads: the same order) racecheck reported hazards
- * between the tiles' writes and the cells' reads that the barrier orders. */
+ * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, and TG_BAR_T + x among all
+ * threads: the product warps have written half x's tiles and row sums, and the cell warps have
+ * finished the other half's cells, so they have read that half's tiles and row sums and its
+ * buffer may take the next copy (the group's arrival counter implies that too, but through
+ * global memory, which compute-sanitizer's racecheck does not follow; and the product warps
+ * would wait for this block's cells at the group's counter anyway). */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
 #define TG_SKIP 0
 #endif
-enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2 };
+enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3 };
 
 struct tg_params {
   ts_params t;
@@ -239,7 +236,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           }
           if (pass == 0) named_sync(TG_BAR_P, TG_PT);
         }
-        __syncthreads();   /* (TG_BAR_T) the half's tiles and row sums are ready; the cell warps are done with the other half's */
+        named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready; the cell warps are done with the other half's */
       }
     }
     return;
@@ -308,7 +305,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     for (int x = 0; x < 2; x++) {
       const int32_t *tile = (const int32_t *)hbuf(x);
-      __syncthreads();   /* (TG_BAR_T) the half's tiles of step s (and the other half's read) */
+      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s (and the other half's read) */
       /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
       if (fold)
 #pragma unroll
