@@ -57,9 +57,11 @@
  * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, and TG_BAR_T + x among all
  * threads: the product warps have written half x's tiles and row sums, and the cell warps have
  * finished the other half's cells, so they have read that half's tiles and row sums and its
- * buffer may take the next copy (the group's arrival counter implies that too, but through
- * global memory, which compute-sanitizer's racecheck does not follow; and the product warps
- * would wait for this block's cells at the group's counter anyway). */
+ * buffer may take the next copy (the group's arrival counter implies that too, through global
+ * memory; the product warps would wait for this block's cells there anyway). compute-sanitizer's
+ * racecheck does not follow barriers with a thread count (bar.sync id, n): it reports the tiles'
+ * ordered writes and reads as hazards, as it does on a probe whose order is plain
+ * (bench/racecheck_named_probe.cu); memcheck and synccheck are clean. */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
