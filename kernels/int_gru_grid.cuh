@@ -28,7 +28,7 @@
  *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
  *      codes for the zero-point term from the same B fragments (__dp4a);
  *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
- *      the cell warps (mbarrier mbT[x]: the product warps arrive, the cell warps wait);
+ *      the cell warps (named barrier TG_BAR_T + x: the product warps arrive, the cell warps wait);
  *   the cell warps
  *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
  *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
@@ -39,7 +39,7 @@
  *      dependent chains interleave; the activation tables sit in shared memory where they fit
  *      (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
  * A half's buffer takes the next copy only after the cell warps have signalled that they read its
- * tiles (mbarrier mbF[x]; the group's arrival counter implies it as well).
+ * tiles (named barrier TG_BAR_F + x; the group's arrival counter implies it as well).
  * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
  * the plane products in rows of wx_ld int32, to which the cell warps add the zero-point terms
  * bconst + offW SX[tn] (mod 2^32, the values wx_gemm_kernel's acc_out epilogue writes); else
@@ -53,22 +53,24 @@
  */
 
 /* Warp roles (see the header): warps 0-7 (TG_PT threads) run the h copies and R h, warps 8-15 the
- * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. The roles
- * synchronize on mbarriers in shared memory (one arrival per warp): mbP among the product warps,
- * mbC among the cell warps, mbT[x]: half x's tiles ready (the product warps arrive, the cell warps
- * wait), mbF[x]: half x's buffer free again (the cell warps arrive once they have read its tiles,
- * the product warps wait before the next copy into it; the group's arrival counter implies it
- * too, through global memory). Not named barriers (bar.sync id, n / bar.arrive): compute-sanitizer's
- * racecheck does not follow those and reported the ordered tile accesses as hazards, as it does on
- * a probe whose order is plain, where it follows mbarriers (bench/racecheck_named_probe.cu,
- * bench/racecheck_mbarrier_probe.cu); and synccheck rejects a bar.sync that the two roles reach at
- * different places. */
+ * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
+ * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, TG_BAR_T + x: half x's tiles
+ * ready (the product warps arrive, the cell warps wait), TG_BAR_F + x: half x's buffer free again
+ * (the cell warps arrive once they have read its tiles, the product warps wait before the next
+ * copy into it; the group's arrival counter implies it too, through global memory). Between the
+ * roles one side arrives and the other waits (bar.arrive / bar.sync): synccheck rejects a bar.sync
+ * that the two roles reach at different places. compute-sanitizer's racecheck does not follow
+ * barriers with a thread count (bar.sync id, n): it reports the tiles' ordered writes and reads as
+ * hazards, as it does on a probe whose order is plain (bench/racecheck_named_probe.cu); memcheck
+ * and synccheck are clean. The same roles on mbarriers, which racecheck follows on a probe
+ * (bench/racecheck_mbarrier_probe.cu), ran 5% slower and racecheck then reported the h copy's
+ * cp.async writes (bench/cuda_int_gru.md, "ping-pong"). */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
 #define TG_SKIP 0
 #endif
-enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2 };
+enum { TG_KQ = 4, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3, TG_BAR_F = 5 };
 
 struct tg_params {
   ts_params t;
@@ -107,33 +109,8 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
 __device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-/* mbarriers in shared memory (the warp roles' synchronization): init with the number of arrivals a
- * phase takes; a warp arrives once (lane 0 after __syncwarp, whose ordering covers the warp's
- * accesses; the arrival releases them at CTA scope); a waiter spins on the phase's parity
- * (acquire). */
-__device__ __forceinline__ void mb_init(uint64_t *m, int n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(m)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mb_warp_arrive(uint64_t *m) {
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0)
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"((unsigned)__cvta_generic_to_shared(m)) : "memory");
-}
-__device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
-  uint32_t done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
-                 : "=r"(done)
-                 : "r"((unsigned)__cvta_generic_to_shared(m)), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-/* a barrier among one role's warps (TG_PT / 32 of them), phase parity *ph */
-__device__ __forceinline__ void mb_role_sync(uint64_t *m, int *ph) {
-  mb_warp_arrive(m);
-  mb_wait(m, *ph);
-  *ph ^= 1;
-}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
@@ -145,10 +122,6 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
    * live across the step (the training variant is at the register limit) */
   __shared__ uint32_t wzs[SAVE ? 12 * TS_U : 1];
   __shared__ int32_t lens[TS_N];                     /* the rows' valid steps */
-  /* the roles' barriers (warp arrivals): among the product warps, among the cell warps, half x's
-   * tiles ready (the product warps arrive, the cell warps wait; one phase per step), half x's
-   * buffer free (the cell warps arrive, the product warps wait) */
-  __shared__ uint64_t mbP, mbC, mbT[2], mbF[2];
   const ts_params &p = gp.t;
   const rec_common &c = p.c;
   const int64_t H = c.H, N = c.N, T = c.T, Kp = p.Kp, Np = p.Np;
@@ -187,14 +160,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       wzs[6 * TS_U + e] = ok ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
       wzs[e] = ok && fold ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
     }
-  if (tid == 0) {
-    mb_init(&mbP, TG_PT / 32); mb_init(&mbC, TG_PT / 32);
-    mb_init(&mbT[0], TG_PT / 32); mb_init(&mbT[1], TG_PT / 32); mb_init(&mbF[0], TG_PT / 32); mb_init(&mbF[1], TG_PT / 32);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
   cp_async_wait<0>();
-  __syncthreads();   /* R, Ps, the tables, the lengths, wzs, the mbarriers */
-  int ph = 0;        /* this thread's parity of its role's barrier (mbP or mbC) */
+  __syncthreads();   /* R, Ps, the tables, the lengths, wzs */
 
   if (tid < TG_PT) {
     /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
@@ -221,8 +188,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           while (ld_acquire_gpu(b) < want) {
           }
         }
-        mb_role_sync(&mbP, &ph);   /* the acquire, then this barrier: the other threads' copies read after it */
-        if (s > 0) mb_wait(&mbF[x], (int)((s - 1) & 1));   /* this block's cell warps have read the buffer's tiles */
+        named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
+        if (s > 0) named_sync(TG_BAR_F + x, TS_THREADS);   /* this block's cell warps have read the buffer's tiles */
         const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
         const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
@@ -245,7 +212,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           else if (q == 1) cp_async_wait<TG_KQ - 2>();
           else if (q == 2) cp_async_wait<TG_KQ - 3>();
           else cp_async_wait<0>();
-          mb_role_sync(&mbP, &ph);   /* group q landed for every product thread */
+          named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
           const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
           for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
         }
@@ -258,7 +225,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             if (tq == 0) rsum[x][kg][nt * 8 + g] = v;
           }
         }
-        mb_role_sync(&mbP, &ph);   /* every product done: the h buffer becomes the tiles */
+        named_sync(TG_BAR_P, TG_PT);   /* every product done: the h buffer becomes the tiles */
         /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
         for (int pass = 0; pass < 2; pass++) {
           if ((kg >> 1) == pass) {
@@ -274,10 +241,10 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
                   else tl[col * TS_ALD + row] += acc[mt][nt][e];
                 }
           }
-          if (pass == 0) mb_role_sync(&mbP, &ph);
+          if (pass == 0) named_sync(TG_BAR_P, TG_PT);
         }
         __threadfence_block();
-        mb_warp_arrive(&mbT[x]);   /* the half's tiles and row sums are ready */
+        named_arrive(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready */
       }
     }
     return;
@@ -346,7 +313,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     for (int x = 0; x < 2; x++) {
       const int32_t *tile = (const int32_t *)hbuf(x);
-      mb_wait(&mbT[x], (int)(s & 1));   /* the half's tiles of step s */
+      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s */
       /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
       if (fold)
 #pragma unroll
@@ -437,7 +404,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           php[x][q] = hnew;
         }
       }
-      if (s + 1 < T) mb_warp_arrive(&mbF[x]);   /* the half's tiles and row sums are read */
+      if (s + 1 < T) named_arrive(TG_BAR_F + x, TS_THREADS);   /* the half's tiles and row sums are read */
 #pragma unroll
       for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
         const int64_t n = n0 + row_of(x, q);
@@ -448,7 +415,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
       }
       if (s + 1 < T) {
-        mb_role_sync(&mbC, &ph);   /* every cell of the half written (and its tiles read) */
+        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
         if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
       }
     }
