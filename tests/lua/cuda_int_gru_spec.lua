@@ -178,6 +178,18 @@ local function with_path(path, fn)
   if not ok then error(err, 0) end
 end
 
+-- The STE backward's inputs of a case (cpu tensors, seeded from it): dy with three columns beyond
+-- H (backward reads it at column offset 2), dhn, and non-zero gradients to accumulate onto.
+local function ste_inputs(c)
+  qgru.seed(300 + c.seed)
+  local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
+  local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
+  local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
+               dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
+               dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+  return dy, dhn, g0
+end
+
 -- Inputs of a case (cpu tensors).
 local function inputs(c, w)
   qgru.seed(100 + c.seed)
@@ -375,12 +387,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
                      c.reverse and " reverse" or "", sh), function()
       local lq, w = calibrated(c.seed, random_config(c.seed), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
-      qgru.seed(300 + c.seed)
-      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
-      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
-      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
-                   dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
-                   dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+      local dy, dhn, g0 = ste_inputs(c)
       local hc = layer_on("cpu", lq, c.C, c.H)
       local ref = forward("cpu", hc, inp, true)
       local gref = backward(hc, ref, dy, dhn, g0)
@@ -464,12 +471,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
       local c = v[4]
       local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
-      qgru.seed(300 + c.seed)
-      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
-      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
-      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
-                   dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
-                   dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+      local dy, dhn, g0 = ste_inputs(c)
       local hc = layer_on("cpu", lq, c.C, c.H)
       local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
       qgru.setMath("tf32")
