@@ -179,14 +179,17 @@ local function with_path(path, fn)
 end
 
 -- The STE backward's inputs of a case (cpu tensors, seeded from it): dy with three columns beyond
--- H (backward reads it at column offset 2), dhn, and non-zero gradients to accumulate onto.
-local function ste_inputs(c)
+-- H (backward reads it at column offset 2), dhn, and the gradients to accumulate onto: non-zero,
+-- or zeros when zero_g0 is set.
+local function ste_inputs(c, zero_g0)
   qgru.seed(300 + c.seed)
   local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
   local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
-  local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }):uniform(-0.1, 0.1), dW = qgru.zeros({ 3 * c.H, c.C }):uniform(-0.1, 0.1),
-               dR = qgru.zeros({ 3 * c.H, c.H }):uniform(-0.1, 0.1), dbx = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1),
-               dbr = qgru.zeros({ 3 * c.H }):uniform(-0.1, 0.1) }
+  local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }), dW = qgru.zeros({ 3 * c.H, c.C }), dR = qgru.zeros({ 3 * c.H, c.H }),
+               dbx = qgru.zeros({ 3 * c.H }), dbr = qgru.zeros({ 3 * c.H }) }
+  if not zero_g0 then
+    for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr" }) do g0[k]:uniform(-0.1, 0.1) end
+  end
   return dy, dhn, g0
 end
 
@@ -431,11 +434,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
       local c = { seed = 34, T = 5, N = 11, C = 6, H = 70, h0 = true, lengths = true, reverse = true }
       local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
-      qgru.seed(334)
-      local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
-      local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
-      local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }), dW = qgru.zeros({ 3 * c.H, c.C }), dR = qgru.zeros({ 3 * c.H, c.H }),
-                   dbx = qgru.zeros({ 3 * c.H }), dbr = qgru.zeros({ 3 * c.H }) }
+      local dy, dhn, g0 = ste_inputs(c, true)   -- seed 334
       local hc = layer_on("cpu", lq, c.C, c.H)
       local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
       with_path("fallback", function()
@@ -495,11 +494,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
     local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
     local inp = inputs(c, w)
-    qgru.seed(332)
-    local dy = qgru.zeros({ c.T, c.N, c.H + 3 }):uniform(-1, 1)
-    local dhn = qgru.zeros({ c.N, c.H }):uniform(-1, 1)
-    local g0 = { dx = qgru.zeros({ c.T, c.N, c.C }), dW = qgru.zeros({ 3 * c.H, c.C }), dR = qgru.zeros({ 3 * c.H, c.H }),
-                 dbx = qgru.zeros({ 3 * c.H }), dbr = qgru.zeros({ 3 * c.H }) }
+    local dy, dhn, g0 = ste_inputs(c, true)   -- seed 332
     local hc = layer_on("cpu", lq, c.C, c.H)
     local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
     local hg = layer_on("cuda", lq, c.C, c.H)
