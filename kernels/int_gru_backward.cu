@@ -970,6 +970,22 @@ static qg_status gemm_bf16_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn,
  * load of a row is issued before its stores. */
 enum { BS_X = 32, BS_Y = 8 };
 
+/* The step kernels' bias sums: the block's four sums (a0..a3 of each thread) over its BS_Y row
+ * lanes, in order, in double, into sp[((s chunks + chunk) 4 + k) H + i] (thread row k < 4). I: the
+ * kernel's index type (int64_t, or int where the step's indices fit 32 bits). */
+template <typename I>
+__device__ __forceinline__ void block_bias_sums(double (&sh)[4][BS_Y][BS_X], double a0, double a1, double a2, double a3, I s,
+                                                I H, I i, double *__restrict__ sp) {
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
+  __syncthreads();
+  if (ty < 4 && i < H) {
+    double v = 0;
+    for (int y = 0; y < BS_Y; y++) v += sh[ty][y][tx];
+    sp[((s * (I)gridDim.y + (I)blockIdx.y) * 4 + ty) * H + i] = v;
+  }
+}
+
 template <bool WORDS, bool ONE, int MB>
 __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_constant__ bwd_params p, int64_t s, int rpt,
                                                                 const float *__restrict__ dd, const float *__restrict__ P,
@@ -1018,14 +1034,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_
       dn[e] = gr.dhprev;
       Hf[s * NH + e] = (float)qg_deq(hp, QH);
     }
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
-  __syncthreads();
-  if (ty < 4 && i < H) {
-    double v = 0;
-    for (int y = 0; y < BS_Y; y++) v += sh[ty][y][tx];
-    sp[((s * gridDim.y + blockIdx.y) * 4 + ty) * H + i] = v;
-  }
+  block_bias_sums<int64_t>(sh, a0, a1, a2, a3, s, H, i, sp);
 }
 
 /* v = hi + lo + r as bf16 pieces, hi = bf16(v), lo = bf16(v - hi) (v - hi is exact in fp32): 16
@@ -1148,14 +1157,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       dn[e] = gr.dhprev;
     }
   }
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
-  __syncthreads();
-  if (ty < 4 && i < H) {
-    double a = 0;
-    for (int y = 0; y < BS_Y; y++) a += sh[ty][y][tx];
-    sp[((s * (int)gridDim.y + (int)blockIdx.y) * 4 + ty) * H + i] = a;
-  }
+  block_bias_sums<int>(sh, a0, a1, a2, a3, s, H, i, sp);
 }
 
 /* out[e] = dd[e] + the nparts slices' partial products of e = (n, i), pieces in order within a
