@@ -67,6 +67,7 @@
  */
 #include "int_gru_common.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
+#include "exact_split.cuh"   /* the strict mode's exact int8 split products */
 
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -951,6 +952,12 @@ static qg_status gemm_bf16_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn,
                                                 CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+/* The exact split's int8 GEMM (exact_split.cuh's xs_gemm) with the context's error report. */
+static qg_status xs_gemm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int32_t *C, const int8_t *D, const int8_t *Y, int64_t M,
+                            int64_t Nc, int64_t Kp, int S) {
+  return qg_cublas_status(ctx, fn, xs_gemm(hb, C, D, Y, M, Nc, Kp, S));
+}
+
 /* ---- the per-step path ----------------------------------------------------------------------------
  * bwd_step_kernel: step s for every (row, unit): blocks of BS_X units x BS_Y row lanes, each thread
  * `rpt` rows (n = chunk BS_Y rpt + lane + BS_Y k). dL/dh_{s+1} of (n, i) is dd[e] (the direct part
@@ -1070,7 +1077,8 @@ template <int PC>
 __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
                                                                  int nparts, float *__restrict__ dn, void *__restrict__ Hf,
-                                                                 double *__restrict__ sp) {
+                                                                 double *__restrict__ sp, const int *__restrict__ xsh,
+                                                                 const long long *__restrict__ xcorr) {
   __shared__ double sh[4][BS_Y][BS_X];
   const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
   const int i = blockIdx.x * BS_X + threadIdx.x, n = blockIdx.y * BS_Y + threadIdx.y;
@@ -1080,19 +1088,25 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
     const int Ln = (int)length_at(p.L, n, p.T);
     const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
     const int32_t hq = p.hq[se];
-    /* the partial products: slice j, piece c of (n, i) at P[j PC NH + (n PC + c) H + i] (PC = 1:
-     * P[j NH + e]); added slice by slice, pieces in order */
-    float dh = dd[e], pv[STEP_MAX_SLICES];
+    float dh = dd[e];
+    if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][N][H] int32 */
+      if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, NH, e, xcorr[n], xsh[n]);
+    } else {
+      /* the partial products: slice j, piece c of (n, i) at P[j PC NH + (n PC + c) H + i] (PC = 1:
+       * P[j NH + e]); added slice by slice, pieces in order */
+      float pv[STEP_MAX_SLICES];
 #pragma unroll
-    for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
-      pv[j] = j < nparts * PC ? P[(j / PC) * PC * NH + (n * PC + j % PC) * H + i] : 0.0f;
+      for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
+        pv[j] = j < nparts * PC ? P[(j / PC) * PC * NH + (n * PC + j % PC) * H + i] : 0.0f;
 #pragma unroll
-    for (int j = 0; j < STEP_MAX_SLICES; j++)
-      if (j < nparts * PC) dh += pv[j];
-    const int qrow = (s * N + n) * PC * H3 + i;   /* the row of dq (PC = 2: its bf16 pieces hi, lo) */
+      for (int j = 0; j < STEP_MAX_SLICES; j++)
+        if (j < nparts * PC) dh += pv[j];
+    }
+    constexpr int PW = PC == 2 ? 2 : 1;             /* dq and dp rows as written: PC = 2 as bf16 pieces hi, lo */
+    const int qrow = (s * N + n) * PW * H3 + i;   /* the row of dq */
     if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
       const float hf = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
-      if (PC == 1) {
+      if (PC != 2) {
         float *dqr = p.dq + qrow;
         dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
         ((float *)Hf)[se] = hf;
@@ -1138,8 +1152,8 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       }
       qg_cell_grad gr;
       qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
-      const int prow = (t * N + n) * PC * H3 + i;
-      if (PC == 1) {
+      const int prow = (t * N + n) * PW * H3 + i;
+      if (PC != 2) {
         ((float *)Hf)[se] = v.v.hp;
         float *dpr = p.dp + prow, *dqr = p.dq + qrow;
         dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
@@ -1170,6 +1184,16 @@ __global__ void add_parts_kernel(const float *dd, const float *P, int nparts, in
   for (int j = 0; j < nparts; j++)
     for (int c = 0; c < pc; c++) v += P[j * pc * NH + (n * pc + c) * H + i];
   out[e] = v;
+}
+
+/* out[e] = dd[e] + the exact split's product of e = (n, i) (dL/dh_0 after the loop): P
+ * [slices][4][N][H], the shifts and corrections of row n. */
+__global__ void add_xs_kernel(const float *dd, const int32_t *P, int slices, const int *sh, const long long *corr, int64_t NH, int64_t H,
+                              float *out) {
+  const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (e >= NH) return;
+  const int64_t n = e / H;
+  out[e] = dd[e] + xs_element<XS_MAX_SLICES>(P, slices, NH, e, corr[n], sh[n]);
 }
 
 /* The bias gradients from the step sums sp [T][chunks][4][H]: column c of 4H sums its T chunks
@@ -1243,6 +1267,43 @@ static int weight_bf16_exact(const qg_int_gru *g, int w) {
   return 1;
 }
 
+/* The exact int8 split's codes of a grid [qmin, qmax] (at most 256 codes): c = q - off within
+ * [-128, 127] with off = 0 where the grid is int8's, else qmin + 128 (exact_split.cuh). */
+static int xs_offset(int64_t qmin, int64_t qmax) { return qmin >= -128 && qmax <= 127 ? 0 : (int)(qmin + 128); }
+
+/* Whether weight w's codes can be the exact split's integer operand: at most 8 bits, and every
+ * row's |off - z| <= 2^15 (so that the corrections' int64 sums cannot overflow); off in *off. */
+static int weight_xs(const qg_int_gru *g, int w, int *off) {
+  const int b = g->w_bits[w];
+  if (!g->w_set[w] || b < 1 || b > 8 || !g->codes[w]) return 0;
+  const int64_t qmin = g->w_unsigned[w] ? 0 : -(1LL << (b - 1)), qmax = g->w_unsigned[w] ? (1LL << b) - 1 : (1LL << (b - 1)) - 1;
+  const int o = xs_offset(qmin, qmax);
+  for (int64_t j = 0; j < 3 * g->H; j++)
+    if (llabs((long long)o - g->w_zp_host[w][j]) > (1LL << 15)) return 0;
+  *off = o;
+  return 1;
+}
+
+/* The same for a per-tensor activation quantizer (input.x, output.h). */
+static int act_xs(qg_qp q, int *off) {
+  if (q.qmax - q.qmin > 255) return 0;
+  const int o = xs_offset(q.qmin, q.qmax);
+  if (llabs((long long)o - q.z) > (1LL << 15)) return 0;
+  *off = o;
+  return 1;
+}
+
+/* K slices of the exact split's per-step product [4N, H] (K = 3H): up to XS_MAX_SLICES while the
+ * output's 256 x 128 tiles leave multiprocessors idle and every slice keeps at least 256 bytes of
+ * K (in XS_KPAD units). A function of the shape and the device, like step_gemm_slices; the
+ * slices' integer sums are exact in any order anyway. */
+static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
+  const int64_t tiles = ((4 * N + 255) / 256) * ((H + 127) / 128), units = xs_kpad(3 * H) / XS_KPAD;
+  int S = 1;
+  while (S < XS_MAX_SLICES && tiles * 2 * S <= ctx->sm_count && units % (2 * S) == 0 && units / (2 * S) >= 16) S *= 2;
+  return S;
+}
+
 /* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
  * saved records [T N H] of cb bytes, dy [T N, Hy] (and so the h codes, Hf and the step sums). */
 static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
@@ -1262,6 +1323,17 @@ struct step_loop {
   int rpt, math, slices, words;
   int fits32;                  /* bwd_step1_kernel (step_fits32) */
   int pieces;                  /* 2: the TF32 mode's bf16 split (dq, dp, Hf, R~ in bf16) */
+  /* the strict mode's exact int8 split of the step's product (xs = 1; exact_split.cuh): dq_s's
+   * digit planes Dq [4][N][Kp], its shifts and corrections xsh, xcorr [N], R~'s codes RT [H][Kp],
+   * R's per-row exponents ke and zero points kz, the codes' offset zoff; the products in P as
+   * int32 [slices][4][N][H] */
+  int xs, zoff;
+  int64_t Kp;
+  int8_t *Dq;
+  const int8_t *RT;
+  int *xsh;
+  long long *xcorr;
+  const int32_t *ke, *kz;
   void *stream, *blas;
   qg_ctx *ctx;
 };
@@ -1277,17 +1349,25 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
-    if (L.pieces == 2) {
-      bwd_step1_kernel<2><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
+    if (L.xs) {
+      bwd_step1_kernel<4><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, L.xsh, L.xcorr);
+    } else if (L.pieces == 2) {
+      bwd_step1_kernel<2><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL);
     } else if (L.fits32) {
-      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp);
+      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
     f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
     }
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (L.pieces == 2) {
+    if (L.xs) {
+      /* dq_s as digit planes (R's exponents folded in), then P [S][4N, H] = Dq [4N, Kp] RT [H, Kp]^T */
+      xs_rows_kernel<<<(unsigned)N, XS_THREADS, 0, (cudaStream_t)L.stream>>>(L.Dq, L.xsh, L.xcorr, L.bp.dq + s * N * H3, H3, N, H3, L.Kp,
+                                                                            L.ke, L.kz, L.zoff);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+      QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, (int32_t *)L.P, L.Dq, L.RT, XS_DIGITS * N, H, L.Kp, (int)S));
+    } else if (L.pieces == 2) {
       /* P[k] [2N, H]: row n 2 + c = piece c of dq_s's row n (bf16 [N][2][3H]: column-major [3H, 2N]
        * with ld 3H) times R~'s slice k (bf16); every product exact, fp32 accumulation */
       const __nv_bfloat16 *dqs = (const __nv_bfloat16 *)L.bp.dq + s * N * 2 * H3;
@@ -1374,7 +1454,22 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                              grid_bf16_exact(QXg.qmin, QXg.qmax, QXg.z) && grid_bf16_exact(QHg.qmin, QHg.qmax, QHg.z)
                          ? 2
                          : 1;
-  int slices = persistent || TN == 0 || NH == 0 ? 0 : step_gemm_slices(ctx, N, H, pieces);
+  /* the strict mode's exact int8 split (exact_split.cuh): of the per-step product (xs_step: the
+   * per-step path with bwd_step1_kernel, R's codes within int8 after an offset) and of the
+   * after-loop GEMMs (xs_after: R, W where dx is asked, input.x and output.h grids of at most 256
+   * codes, K = T N and 3H within the int32 accumulation's bound). QGRU_NO_XS builds keep SGEMM (the
+   * benchmarks' comparison). */
+  int offR = 0, offW = 0, offX = 0, offH = 0;
+#ifdef QGRU_NO_XS
+  const int strict = 0;
+#else
+  const int strict = ctx->math == QG_MATH_STRICT;
+#endif
+  const int xs_R = strict && weight_xs(g, QG_W_R, &offR);
+  const int xs_step = xs_R && !persistent && TN > 0 && NH > 0 && fits32 && xs_kpad(H3) <= XS_MAX_K;
+  const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
+                       xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K;
+  int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? xs_step_slices(ctx, N, H) : step_gemm_slices(ctx, N, H, pieces));
   if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
@@ -1382,12 +1477,26 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int64_t nbc = persistent && !pc.WS ? TN * H3 * 4 : 0;
   const int64_t npart = persistent ? (pc.WS ? N * 4 * H : chunks * 2 * H3) : T * schunks * 4 * H;
   int64_t total = 0;
+  /* the exact split's buffers (exact_split.cuh): per step dq_s's digits [4][N][3Hp], shifts and
+   * corrections [N], R~'s codes [H][3Hp]; after the loop the digits of dq^T, dp^T [4][3H][TNp] and
+   * of dp [4][TN][3Hp], their shifts and corrections, the codes h^T [H][TNp], x^T [C][TNp], W^T
+   * [C][3Hp], the column maxima of dq and dp, and the int32 products [4][3H][H], [4][3H][C],
+   * [4][TN][C] (the float SGEMM path's Xf, tX, tW, tR are not needed then) */
+  const int64_t H3p = xs_kpad(H3), TNp = xs_kpad(TN), xa = xs_after ? 1 : 0, xd = xs_after && dx ? 1 : 0, xst = xs_step ? 1 : 0;
+  const int64_t fpo = xs_after ? 0 : 1;   /* the float after-loop buffers */
   const int64_t o_dp = take(&total, TN * H3 * 4), o_dq = take(&total, TN * H3 * 4), o_bcx = take(&total, nbc),
                 o_bcr = take(&total, nbc), o_dh = take(&total, NH * 4), o_dhn = take(&total, NH * 4),
-                o_Xf = take(&total, TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, pieces * TN * C * 4),
-                o_tW = take(&total, pieces * H3 * C * 4), o_tR = take(&total, pieces * H3 * H * 4),
-                o_P = take(&total, slices * pieces * NH * 4), o_part = take(&total, npart * 8),
-                o_Rb = take(&total, pieces == 2 ? H3 * H * 2 : 0), o_Wb = take(&total, pieces == 2 && dx ? H3 * C * 2 : 0);
+                o_Xf = take(&total, fpo * TN * C * 4), o_Hf = take(&total, TN * H * 4), o_tX = take(&total, fpo * pieces * TN * C * 4),
+                o_tW = take(&total, fpo * pieces * H3 * C * 4), o_tR = take(&total, fpo * pieces * H3 * H * 4),
+                o_P = take(&total, slices * (xs_step ? XS_DIGITS : pieces) * NH * 4), o_part = take(&total, npart * 8),
+                o_Rb = take(&total, pieces == 2 ? H3 * H * 2 : 0), o_Wb = take(&total, pieces == 2 && dx ? H3 * C * 2 : 0),
+                o_sDq = take(&total, xst * XS_DIGITS * N * H3p), o_sSh = take(&total, xst * N * 4), o_sCo = take(&total, xst * N * 8),
+                o_RT = take(&total, xst * H * H3p), o_DqT = take(&total, xa * XS_DIGITS * H3 * TNp),
+                o_DpT = take(&total, xa * XS_DIGITS * H3 * TNp), o_Dp = take(&total, xd * XS_DIGITS * TN * H3p),
+                o_hT = take(&total, xa * H * TNp), o_xT = take(&total, xa * C * TNp), o_WT = take(&total, xd * C * H3p),
+                o_mx = take(&total, xa * 2 * H3 * 4), o_csh = take(&total, xa * 2 * H3 * 4), o_cco = take(&total, xa * 2 * H3 * 8),
+                o_rsh = take(&total, xd * TN * 4), o_rco = take(&total, xd * TN * 8), o_PR = take(&total, xa * XS_DIGITS * H3 * H * 4),
+                o_PW = take(&total, xa * XS_DIGITS * H3 * C * 4), o_PX = take(&total, xd * XS_DIGITS * TN * C * 4);
   char *ws;
   QG_CHECK(qg_dev_workspace(ctx, fn, total, (void **)&ws));
   float *dp = (float *)(ws + o_dp), *dq = (float *)(ws + o_dq), *bcx = (float *)(ws + o_bcx), *bcr = (float *)(ws + o_bcr);
@@ -1396,6 +1505,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
         *tR = (float *)(ws + o_tR), *P = (float *)(ws + o_P);
   double *part = (double *)(ws + o_part);
   __nv_bfloat16 *Rb = (__nv_bfloat16 *)(ws + o_Rb), *Wb = (__nv_bfloat16 *)(ws + o_Wb);
+  int8_t *sDq = (int8_t *)(ws + o_sDq), *RT = (int8_t *)(ws + o_RT);
 
   if (lengths && TN > 0) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(dp, 0, (size_t)(TN * H3) * 4, st));   /* padded (t, n) rows */
   if (NH > 0) {
@@ -1436,6 +1546,14 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       to_bf16_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>(g->fq[QG_W_R], H3 * H, Rb);
       QG_CHECK(qg_cuda_launched(ctx, fn));
     }
+    if (xs_step) {   /* R's codes as RT [H][3Hp] (K = 3H contiguous), outside the captured loop likewise */
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(H, XS_TILE)), XS_THREADS, 0, st>>>(RT, g->codes[QG_W_R], H3, H,
+                                                                                                            H3p, offR);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+      L.xs = 1; L.zoff = offR; L.Kp = H3p; L.Dq = sDq; L.RT = RT;
+      L.xsh = (int *)(ws + o_sSh); L.xcorr = (long long *)(ws + o_sCo);
+      L.ke = g->w_exp[QG_W_R]; L.kz = g->w_zp[QG_W_R];
+    }
     L.R = pieces == 2 ? (const void *)Rb : (const void *)g->fq[QG_W_R];
     L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
@@ -1446,7 +1564,11 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
-    if (slices) {   /* plus the last GEMM's partial products */
+    if (slices && xs_step) {   /* plus the last step's product */
+      add_xs_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, (const int32_t *)P, slices, L.xsh, L.xcorr, NH, H, dh_next);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+      float *tmp = dh; dh = dh_next; dh_next = tmp;
+    } else if (slices) {   /* plus the last GEMM's partial products */
       add_parts_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, P, slices, pieces, NH, H, dh_next);
       QG_CHECK(qg_cuda_launched(ctx, fn));
       float *tmp = dh; dh = dh_next; dh_next = tmp;
@@ -1472,7 +1594,56 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     dh0_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, h0 ? (const float *)h0->data : NULL, QH, NH, (float *)dh0->data);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  if (TN > 0 && H > 0 && pieces == 2) {
+  if (xs_after) {
+    /* the exact int8 split (exact_split.cuh): codes of h (step-indexed like dq) and x (time-indexed
+     * like dp) as K = T N contiguous rows; dq and dp as digit planes of their columns (one shift per
+     * column from its largest |value|) and, for dx, dp's rows (W's exponents folded in); then on
+     * the main stream dR = dq^T h~ and dx = dp W~, on the aux stream dW = dp^T x~, each an int8
+     * GEMM and a combine that adds the masked results */
+    int8_t *DqT = (int8_t *)(ws + o_DqT), *DpT = (int8_t *)(ws + o_DpT), *Dp = (int8_t *)(ws + o_Dp), *hT = (int8_t *)(ws + o_hT),
+           *xT = (int8_t *)(ws + o_xT), *WT = (int8_t *)(ws + o_WT);
+    unsigned *mx = (unsigned *)(ws + o_mx);
+    int *csh = (int *)(ws + o_csh), *rsh = (int *)(ws + o_rsh);
+    long long *cco = (long long *)(ws + o_cco), *rco = (long long *)(ws + o_rco);
+    int32_t *PR = (int32_t *)(ws + o_PR), *PW = (int32_t *)(ws + o_PW), *PX = (int32_t *)(ws + o_PX);
+    const dim3 tb(XS_THREADS);
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(xT, (const int32_t *)xq->data, TN, C,
+                                                                                                  TNp, offX);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)(2 * H3) * 4, st));
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)(2 * H3) * 8, st));
+    const int64_t rpb = 256;   /* rows per block of the column maxima */
+    const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb)), cg(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H3, XS_TILE));
+    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
+    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx + H3, dp, TN, H3, rpb);
+    xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
+    xs_cols_kernel<<<cg, tb, 0, st>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {
+      xs_rows_kernel<<<(unsigned)TN, tb, 0, st>>>(Dp, rsh, rco, dp, H3, TN, H3, H3p, g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW);
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(xs_gemm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, PW, DpT, xT, XS_DIGITS * H3, C, TNp, 1));
+    xs_combine_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, PW, 1, csh + H3, cco + H3, g->mask[QG_W_W], H3, C,
+                                                                   (int)QX.e, 1);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PR, DqT, hT, XS_DIGITS * H3, H, TNp, 1));
+    xs_combine_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, PR, 1, csh, cco, g->mask[QG_W_R], H3, H, (int)QH.e, 1);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (dx) {
+      QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PX, Dp, WT, XS_DIGITS * TN, C, H3p, 1));
+      xs_combine_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, PX, 1, rsh, rco,
+                                                                     (const uint8_t *)saved->xmask->data, TN, C, 0, 1);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
+  } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
      * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
     deq_bf16_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, (__nv_bfloat16 *)Xf);
