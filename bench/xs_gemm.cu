@@ -11,11 +11,12 @@
  * events, median of 30 after a 0.3-s warm-up; the split, the int8 GEMM and the combine, each and
  * together), both compared with the fp64 GEMM of the same operands (largest |error| over the
  * largest |value|, mean |error| over mean |value|), and whether two runs gave the same bits.
- * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels bench/xs_gemm.cu -lcublas -o xs_gemm
+ * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels bench/xs_gemm.cu -lcublasLt -lcublas -o xs_gemm
  */
 #include "exact_split.cuh"
 
 #include <algorithm>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,7 +81,58 @@ template <class T> static std::vector<T> down(const T *d, size_t n) {
 }
 
 static cublasHandle_t hb;
+static cublasLtHandle_t lt;
 static cudaStream_t st;
+static void *lt_ws;
+static const size_t lt_wsb = 64u << 20;
+
+/* cuBLASLt's heuristic algorithms (up to 16) for the same int8 product as xs_gemm with S = 1: the
+ * fastest one's time and configuration, and whether its result equals cublasGemmEx's */
+static void lt_search(const char *name, int32_t *C, int32_t *Cref, const int8_t *D, const int8_t *Y, int64_t M, int64_t Nc, int64_t Kp) {
+  cublasLtMatmulDesc_t md;
+  BK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  BK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  BK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  cublasLtMatrixLayout_t la, lb, lc;
+  BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, Kp, Nc, Kp));
+  BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, Kp, M, Kp));
+  BK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, Nc, M, Nc));
+  cublasLtMatmulPreference_t pref;
+  BK(cublasLtMatmulPreferenceCreate(&pref));
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_wsb, sizeof lt_wsb));
+  cublasLtMatmulHeuristicResult_t res[16];
+  int got = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 16, res, &got) != CUBLAS_STATUS_SUCCESS) got = 0;
+  const int32_t one = 1, zero = 0;
+  float best = 1e30f;
+  int bi = -1, same = 0;
+  for (int r = 0; r < got; r++) {
+    if (cublasLtMatmul(lt, md, &one, Y, la, D, lb, &zero, C, lc, C, lc, &res[r].algo, lt_ws, lt_wsb, st) != CUBLAS_STATUS_SUCCESS) continue;
+    const float t = time_ms([&] { BK(cublasLtMatmul(lt, md, &one, Y, la, D, lb, &zero, C, lc, C, lc, &res[r].algo, lt_ws, lt_wsb, st)); }, st);
+    if (t < best) {
+      best = t; bi = r;
+      CK(cudaStreamSynchronize(st));
+      const size_t n = (size_t)(M * Nc);
+      same = down(C, n) == down(Cref, n);
+    }
+  }
+  if (bi >= 0) {
+    int id = 0, tile = 0, sk = 0, stages = 0;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    printf("# %s: cuBLASLt best of %d: %.4f ms (heuristic #%d: algo %d tile %d split-K %d stages %d; result %s cublasGemmEx's)\n", name, got,
+           best, bi, id, tile, sk, stages, same ? "equals" : "DIFFERS FROM");
+  } else {
+    printf("# %s: cuBLASLt offered no algorithm (%d)\n", name, got);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(md);
+}
 
 /* rows = 1: out [R, Cc] = X [R, K] (Y~ [K, Cc], per-row exponents ke, zero points 0);
  * rows = 0: out [J, Cc] = X [T, J]^T (Y~ [T, Cc], one exponent ye, zero point z). */
@@ -152,6 +204,13 @@ static void run(const char *name, int rows, int64_t A, int64_t B, int64_t Cc, in
     S = 1;
   }
   const float t_split = time_ms(split, st), t_gemm = time_ms(gemm, st), t_comb = time_ms(combine, st);
+  {
+    int32_t *Pl;
+    CK(cudaMalloc(&Pl, XS_DIGITS * nout * 4));
+    CK(cudaStreamSynchronize(st));
+    lt_search(name, Pl, P, D, Y, XS_DIGITS * R, Cc, Kp);
+    cudaFree(Pl);
+  }
   const float t_all = time_ms([&] { split(); gemm(); combine(); }, st);
   CK(cudaStreamSynchronize(st));
   const std::vector<float> r1 = down(dC, (size_t)nout);
@@ -178,6 +237,8 @@ int main() {
          prop.multiProcessorCount);
   CK(cudaStreamCreate(&st));
   BK(cublasCreate(&hb)); BK(cublasSetStream(hb, st));
+  BK(cublasLtCreate(&lt));
+  CK(cudaMalloc(&lt_ws, lt_wsb));
   run("step: dq_s R~", 1, N, H3, H, 0, 0);
   run("dR = dq^T h~", 0, TN, H3, H, 7, 5);
   run("dW = dp^T x~", 0, TN, H3, C, 6, -3);

@@ -37,6 +37,7 @@ enum { XS_DIGITS = 4,      /* base-256 digits of the 30-bit fixed point */
        XS_FRAC = 30,       /* max |Xi| <= 2^XS_FRAC */
        XS_KPAD = 16,       /* K-contiguous rows padded to a multiple of this many bytes */
        XS_THREADS = 256,   /* threads of xs_rows_kernel (one block per row) */
+       XS_VPT = 16,        /* values per thread of one chunk of xs_rows_kernel's row */
        XS_TILE = 64,       /* xs_cols_kernel's and xs_codes_t_kernel's tiles: 64 x 64 */
        XS_MAX_SLICES = 4 };   /* K slices of a split-K product that xs_element adds */
 
@@ -75,12 +76,15 @@ __device__ __forceinline__ void xs_digits(long long x, int8_t dg[XS_DIGITS]) {
   dg[XS_DIGITS - 1] = (int8_t)x;   /* |x| <= 64 here */
 }
 
-/* One result: (sum_d 256^d p_d + corr) 2^-shift, rounded once to float (then scaled by a power of
- * two in double: exact unless the float is subnormal or overflows). p_d: digit d's product, the
- * sum over the K slices of a split-K GEMM (integers: exact in any order). */
+/* One result: (sum_d 256^d p_d + corr) 2^-shift, rounded once to float, then scaled by a power of
+ * two (exact unless the result is subnormal or overflows; in float where 2^-shift is a normal
+ * float, else in double). p_d: digit d's product, the sum over the K slices of a split-K GEMM
+ * (integers: exact in any order). */
 __device__ __forceinline__ float xs_value(int32_t p0, int32_t p1, int32_t p2, int32_t p3, long long corr, int shift) {
   const long long S = (long long)p0 + ((long long)p1 << 8) + ((long long)p2 << 16) + ((long long)p3 << 24) + corr;
-  return (float)ldexp((double)__ll2float_rn(S), -shift);
+  const float f = __ll2float_rn(S);
+  if (shift >= -127 && shift <= 126) return __fmul_rn(f, __int_as_float((127 - shift) << 23));
+  return (float)ldexp((double)f, -shift);
 }
 
 /* Element e of a product whose int32 result P is [slices][4][n] (plane size n = rows x columns),
@@ -123,30 +127,59 @@ __device__ __forceinline__ long long xs_block_sum(long long v, long long *sh) {
 /* xs_rows_kernel: row r of X [R, ldx] (K used) -> digit planes D [4][R][Kp] (K-contiguous, zero
  * padding), shift sh[r] and corr[r] = sum_k Xi[r, k] (zoff - (kz ? kz[k] : 0)). ke (K values or
  * NULL): X[r, k] is taken times 2^-ke[k] (the integer operand's per-row exponents along K, folded
- * into the float operand: exact). One block of XS_THREADS per row. */
+ * into the float operand: exact). One block of XS_THREADS per row, the row in chunks of XS_VPT
+ * values per thread whose loads are all issued before any use (one chunk up to K = 4096: read
+ * once, kept in registers; the per-step split at large was latency-bound at 14.8 us with one
+ * load in flight per thread). */
 __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict__ D, int *__restrict__ sh, long long *__restrict__ corr,
                                                              const float *__restrict__ X, int64_t ldx, int64_t R, int64_t K,
                                                              int64_t Kp, const int32_t *__restrict__ ke,
                                                              const int32_t *__restrict__ kz, int zoff) {
   __shared__ double smax[XS_THREADS / 32];
   __shared__ long long ssum[XS_THREADS / 32];
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, chunk = (int64_t)XS_VPT * XS_THREADS;
   const float *x = X + r * ldx;
+  float v[XS_VPT];
+  int e[XS_VPT];
+  auto load = [&](int64_t c0) {
+#pragma unroll
+    for (int i = 0; i < XS_VPT; i++) {
+      const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;
+      v[i] = k < K ? x[k] : 0.0f;
+      e[i] = ke && k < K ? ke[k] : 0;
+    }
+  };
   float m = 0;   /* |x| 2^-ke: exact (|ke| <= 31, gradients far from float's limits) */
-  for (int64_t k = threadIdx.x; k < K; k += XS_THREADS) m = fmaxf(m, fabsf(x[k]) * (ke ? xs_pow2_neg(ke[k]) : 1.0f));
+  for (int64_t c0 = 0; c0 < K; c0 += chunk) {
+    load(c0);
+#pragma unroll
+    for (int i = 0; i < XS_VPT; i++) m = fmaxf(m, fabsf(v[i]) * xs_pow2_neg(e[i]));
+  }
   const int s = xs_shift(xs_block_max((double)m, smax));
   long long c = 0;
   const int64_t plane = R * Kp;
   int8_t *d0 = D + r * Kp;
-  for (int64_t k = threadIdx.x; k < Kp; k += XS_THREADS) {
-    int8_t dg[XS_DIGITS] = {0, 0, 0, 0};
-    if (k < K) {
-      const long long xi = xs_fixed(x[k], s - (ke ? ke[k] : 0));
-      xs_digits(xi, dg);
-      c += xi * (long long)(zoff - (kz ? kz[k] : 0));
+  for (int64_t c0 = 0; c0 < Kp; c0 += chunk) {
+    if (K > chunk || K == 0) load(c0);   /* one chunk: still in the registers */
+    int zc[XS_VPT];
+#pragma unroll
+    for (int i = 0; i < XS_VPT; i++) {
+      const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;
+      zc[i] = zoff - (kz && k < K ? kz[k] : 0);
     }
 #pragma unroll
-    for (int d = 0; d < XS_DIGITS; d++) d0[d * plane + k] = dg[d];
+    for (int i = 0; i < XS_VPT; i++) {
+      const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;
+      if (k >= Kp) break;
+      int8_t dg[XS_DIGITS] = {0, 0, 0, 0};
+      if (k < K) {
+        const long long xi = xs_fixed(v[i], s - e[i]);
+        xs_digits(xi, dg);
+        c += xi * (long long)zc[i];
+      }
+#pragma unroll
+      for (int d = 0; d < XS_DIGITS; d++) d0[d * plane + k] = dg[d];
+    }
   }
   c = xs_block_sum(c, ssum);
   if (threadIdx.x == 0) { sh[r] = s; corr[r] = c; }
@@ -182,14 +215,20 @@ __global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict_
   if (blockIdx.x == 0 && ty == 0 && j < J) sh[j] = s;
   __syncthreads();
   long long c = 0;
-  for (int yy = ty; yy < XS_TILE; yy += XS_THREADS / XS_TILE) {
-    const int64_t t = t0 + yy;
-    int8_t dg[XS_DIGITS] = {0, 0, 0, 0};
-    if (t < T && j < J) {
-      const long long xi = xs_fixed(X[t * J + j], s);
-      xs_digits(xi, dg);
-      c += xi;
-    }
+  constexpr int RPT = XS_TILE / (XS_THREADS / XS_TILE);   /* rows per thread, loads all issued first */
+  float v[RPT];
+#pragma unroll
+  for (int i = 0; i < RPT; i++) {
+    const int64_t t = t0 + ty + i * (XS_THREADS / XS_TILE);
+    v[i] = t < T && j < J ? X[t * J + j] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < RPT; i++) {
+    const int yy = ty + i * (XS_THREADS / XS_TILE);
+    int8_t dg[XS_DIGITS];
+    const long long xi = xs_fixed(v[i], s);
+    xs_digits(xi, dg);
+    c += xi;
 #pragma unroll
     for (int d = 0; d < XS_DIGITS; d++) tile[d][tx][yy] = dg[d];
   }

@@ -1293,14 +1293,18 @@ static int act_xs(qg_qp q, int *off) {
   return 1;
 }
 
-/* K slices of the exact split's per-step product [4N, H] (K = 3H): up to XS_MAX_SLICES while the
+/* K slices of the exact split's per-step product [4N, H] (K = 3H): up to XS_STEP_SLICES while the
  * output's 256 x 128 tiles leave multiprocessors idle and every slice keeps at least 256 bytes of
  * K (in XS_KPAD units). A function of the shape and the device, like step_gemm_slices; the
- * slices' integer sums are exact in any order anyway. */
+ * slices' integer sums are exact in any order anyway, so the results do not depend on it. */
+#ifndef QGRU_XS_STEP_SLICES
+#define QGRU_XS_STEP_SLICES 2
+#endif
+static_assert(QGRU_XS_STEP_SLICES >= 1 && QGRU_XS_STEP_SLICES <= XS_MAX_SLICES, "xs_element adds at most XS_MAX_SLICES slices");
 static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
   const int64_t tiles = ((4 * N + 255) / 256) * ((H + 127) / 128), units = xs_kpad(3 * H) / XS_KPAD;
   int S = 1;
-  while (S < XS_MAX_SLICES && tiles * 2 * S <= ctx->sm_count && units % (2 * S) == 0 && units / (2 * S) >= 16) S *= 2;
+  while (S < QGRU_XS_STEP_SLICES && tiles * 2 * S <= ctx->sm_count && units % (2 * S) == 0 && units / (2 * S) >= 16) S *= 2;
   return S;
 }
 
@@ -1597,9 +1601,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   if (xs_after) {
     /* the exact int8 split (exact_split.cuh): codes of h (step-indexed like dq) and x (time-indexed
      * like dp) as K = T N contiguous rows; dq and dp as digit planes of their columns (one shift per
-     * column from its largest |value|) and, for dx, dp's rows (W's exponents folded in); then on
-     * the main stream dR = dq^T h~ and dx = dp W~, on the aux stream dW = dp^T x~, each an int8
-     * GEMM and a combine that adds the masked results */
+     * column from its largest |value|) and, for dx, dp's rows (W's exponents folded in); each
+     * product an int8 GEMM and a combine that adds the masked results. On the aux stream dp's
+     * column split and dW = dp^T x~, beside the main stream's dq split, dR = dq^T h~, dp's row
+     * split and dx = dp W~ (the splits are memory-bound, the GEMMs compute-bound: they overlap) */
     int8_t *DqT = (int8_t *)(ws + o_DqT), *DpT = (int8_t *)(ws + o_DpT), *Dp = (int8_t *)(ws + o_Dp), *hT = (int8_t *)(ws + o_hT),
            *xT = (int8_t *)(ws + o_xT), *WT = (int8_t *)(ws + o_WT);
     unsigned *mx = (unsigned *)(ws + o_mx);
@@ -1607,35 +1612,38 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     long long *cco = (long long *)(ws + o_cco), *rco = (long long *)(ws + o_rco);
     int32_t *PR = (int32_t *)(ws + o_PR), *PW = (int32_t *)(ws + o_PW), *PX = (int32_t *)(ws + o_PX);
     const dim3 tb(XS_THREADS);
-    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
-    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(xT, (const int32_t *)xq->data, TN, C,
-                                                                                                  TNp, offX);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)(2 * H3) * 4, st));
-    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)(2 * H3) * 8, st));
     const int64_t rpb = 256;   /* rows per block of the column maxima */
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb)), cg(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H3, XS_TILE));
-    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
-    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx + H3, dp, TN, H3, rpb);
-    xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
-    xs_cols_kernel<<<cg, tb, 0, st>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx) {
-      xs_rows_kernel<<<(unsigned)TN, tb, 0, st>>>(Dp, rsh, rco, dp, H3, TN, H3, H3p, g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW);
-      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
-      QG_CHECK(qg_cuda_launched(ctx, fn));
-    }
+    /* the aux stream from here: its memory-bound splits run beside the main stream's GEMMs */
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
     QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
     QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    /* aux: dW = dp^T x~ */
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ax>>>(xT, (const int32_t *)xq->data, TN, C,
+                                                                                                  TNp, offX);
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx + H3, 0, (size_t)H3 * 4, ax));
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco + H3, 0, (size_t)H3 * 8, ax));
+    xs_colmax_kernel<<<mg, tb, 0, ax>>>(mx + H3, dp, TN, H3, rpb);
+    xs_cols_kernel<<<cg, tb, 0, ax>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
     QG_CHECK(xs_gemm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, PW, DpT, xT, XS_DIGITS * H3, C, TNp, 1));
     xs_combine_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, PW, 1, csh + H3, cco + H3, g->mask[QG_W_W], H3, C,
                                                                    (int)QX.e, 1);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    /* main: dR = dq^T h~, then dx = dp W~ */
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)H3 * 4, st));
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)H3 * 8, st));
+    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
+    xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PR, DqT, hT, XS_DIGITS * H3, H, TNp, 1));
     xs_combine_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, PR, 1, csh, cco, g->mask[QG_W_R], H3, H, (int)QH.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     if (dx) {
+      xs_rows_kernel<<<(unsigned)TN, tb, 0, st>>>(Dp, rsh, rco, dp, H3, TN, H3, H3p, g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW);
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
       QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PX, Dp, WT, XS_DIGITS * TN, C, H3p, 1));
       xs_combine_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, PX, 1, rsh, rco,
                                                                      (const uint8_t *)saved->xmask->data, TN, C, 0, 1);

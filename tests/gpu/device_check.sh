@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/device_check.sh: one call on the GPU machine for the CUDA float GRU: build, the C
-# driver tests/c/test_cuda_gru.c (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
+# drivers tests/c/test_cuda_gru.c and test_exact_split.cu (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
 # (on the C driver; luasanitize: both tools over every #gpu spec, tests/sanitize_gpu.sh), the
 # persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), the cuDNN / PyTorch
 # baseline (bench_cudnn.py) and Haste built and timed beside them (bench/haste_device.sh), each
@@ -47,7 +47,9 @@ run_phase() {
     grep -ci warning .cmake-build.log | sed 's/^/build warnings: /' ;;
   cgru)
     timeout 60 "$B/test_cuda_gru" > "$OUT/cgru.log" 2>&1
-    echo "cgru rc=$?"; tail -3 "$OUT/cgru.log"; grep FAIL "$OUT/cgru.log" | head ;;
+    echo "cgru rc=$?"; tail -3 "$OUT/cgru.log"; grep FAIL "$OUT/cgru.log" | head
+    timeout 60 "$B/test_exact_split" > "$OUT/exact_split.log" 2>&1
+    echo "exact_split rc=$?"; tail -1 "$OUT/exact_split.log"; grep FAIL "$OUT/exact_split.log" | head ;;
   specs)
     nspecs=$((nspecs + 1))
     timeout 150 luajit "$BUSTED" --run=unit -o plainTerminal -t gpu tests/lua > "$OUT/specs$nspecs.log" 2>&1
@@ -56,6 +58,8 @@ run_phase() {
   memcheck)
     timeout 120 "$SAN" --tool memcheck --print-limit 20 "$B/test_cuda_gru" > "$OUT/sanitize.log" 2>&1
     echo "memcheck rc=$?"
+    timeout 60 "$SAN" --tool memcheck --print-limit 20 "$B/test_exact_split" >> "$OUT/sanitize.log" 2>&1
+    echo "memcheck exact_split rc=$?"
     grep -E "ERROR SUMMARY|failure|FAIL|Invalid" "$OUT/sanitize.log" | head -20 ;;
   luasanitize)
     QGRU_SANITIZE_DIR=/tmp/qgru-sanitize QGRU_SANITIZE_DEADLINE=${QGRU_SANITIZE_DEADLINE:-300} \
@@ -68,6 +72,8 @@ run_phase() {
   racecheck)
     timeout 120 "$SAN" --tool racecheck --print-limit 20 "$B/test_cuda_gru" quick >> "$OUT/sanitize.log" 2>&1
     echo "racecheck rc=$?"
+    timeout 60 "$SAN" --tool racecheck --print-limit 20 "$B/test_exact_split" >> "$OUT/sanitize.log" 2>&1
+    echo "racecheck exact_split rc=$?"
     grep -E "RACECHECK SUMMARY|failure|FAIL" "$OUT/sanitize.log" | tail -4 ;;
   sweep)
     timeout 150 luajit recipes/bench.lua --name sweep --sweep --repeats 5 --warmup 1 > "$OUT/sweep.log" 2>&1
