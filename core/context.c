@@ -119,6 +119,16 @@ qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path) {
 
 int qg_ctx_kernel_path(const qg_ctx *ctx) { return ctx ? ctx->kernel_path : QG_PATH_AUTO; }
 
+qg_status qg_ctx_set_exact_split(qg_ctx *ctx, int mode) {
+  if (!ctx) return QG_ERR_ARG;
+  if (mode != QG_SPLIT_AUTO && mode != QG_SPLIT_ON && mode != QG_SPLIT_OFF)
+    return qg_fail(ctx, QG_ERR_ARG, __func__, "exact split mode %d is not QG_SPLIT_AUTO (0), QG_SPLIT_ON (1) or QG_SPLIT_OFF (2)", mode);
+  ctx->exact_split = mode;
+  return QG_OK;
+}
+
+int qg_ctx_exact_split(const qg_ctx *ctx) { return ctx ? ctx->exact_split : QG_SPLIT_AUTO; }
+
 qg_status qg_ctx_set_persist_shape(qg_ctx *ctx, int cluster, int rows, int splits, int storage) {
   if (!ctx) return QG_ERR_ARG;
   const int auto_ = cluster == 0 && rows == 0 && splits == 0;

@@ -35,6 +35,7 @@ struct qg_ctx {
   int smem_optin;             /* block in bytes (read once at context creation) */
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
   int kernel_path;            /* qg_kernel_path: which GPU recurrence the GRUs run */
+  int exact_split;            /* qg_exact_split: the strict STE backward's int8 split products */
   int persist_cluster;        /* forced shape of the persistent GRU kernels (0, 0, 0: chosen per */
   int persist_rows;           /* call); qg_ctx_set_persist_shape */
   int persist_splits;

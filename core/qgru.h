@@ -38,7 +38,7 @@ extern "C" {
 
 /* QGRU_CDEF_BEGIN */
 
-enum { QGRU_ABI_VERSION = 3 };
+enum { QGRU_ABI_VERSION = 4 };
 enum { QG_MAX_DIMS = 4 };
 
 typedef enum {
@@ -55,13 +55,23 @@ typedef enum {
 
 typedef enum { QG_F32 = 0, QG_F64 = 1, QG_I8 = 2, QG_U8 = 3, QG_I16 = 4, QG_I32 = 5, QG_I64 = 6 } qg_dtype;
 typedef enum { QG_CPU = 0, QG_CUDA = 1 } qg_device;
-/* Float GEMM precision on the GPU. STRICT: fp32 everywhere (the default; parity tests use it).
- * TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores; the integer GRU's
- * STE backward on its per-step path, where its weights, input.x and output.h are grids of at most
- * 8 bits, runs its GEMMs on bf16 tensor cores instead, the gradient split into two bf16 pieces
- * (16 significant bits, TF32 keeps 11; every product exact). The integer forward is exact in every
- * mode; the CPU ignores the setting. */
+/* Float GEMM precision on the GPU. STRICT: fp32 everywhere (the default; parity tests use it):
+ * fp32 SGEMMs, or, for the integer GRU's STE backward where its weights, input.x and output.h are
+ * grids of at most 8 bits, exact int8 split products (qg_exact_split below), which are at least as
+ * accurate. TF32: the float GRU, Linear and STE-backward GEMMs may use TF32 tensor cores; the
+ * integer GRU's STE backward on its per-step path, under the same condition, runs its GEMMs on
+ * bf16 tensor cores instead, the gradient split into two bf16 pieces (16 significant bits, TF32
+ * keeps 11; every product exact). The integer forward is exact in every mode; the CPU ignores the
+ * setting. */
 typedef enum { QG_MATH_STRICT = 0, QG_MATH_TF32 = 1 } qg_math;
+/* The strict mode's exact int8 split products in the integer GRU's STE backward on the GPU
+ * (kernels/exact_split.cuh): each float gradient as 30-bit fixed-point int8 digits times the
+ * at-most-8-bit codes of the other operand on the int8 tensor cores, integer sums, one rounding to
+ * fp32 (more accurate than SGEMM, and faster where the GEMMs are large). AUTO (the default): where
+ * the operands allow it and the float GEMMs it replaces are large enough to gain (the per-step
+ * product 2 N 3H H >= 2^28 flops; the products after the loop together >= 2^32); ON: wherever the
+ * operands allow it (tests); OFF: fp32 SGEMMs only (comparisons). TF32 mode and the CPU ignore it. */
+typedef enum { QG_SPLIT_AUTO = 0, QG_SPLIT_ON = 1, QG_SPLIT_OFF = 2 } qg_exact_split;
 /* Which GPU recurrence the GRU forwards/backwards run. AUTO (the default) picks the persistent
  * kernel (R on chip, one launch for all steps) where the shape fits it and the GEMM-per-step
  * fallback otherwise; PERSISTENT and FALLBACK force one (tests run both; a forced PERSISTENT on
@@ -98,6 +108,8 @@ qg_status qg_ctx_set_math(qg_ctx *ctx, int math);   /* math: a qg_math value */
 int qg_ctx_math(const qg_ctx *ctx);
 qg_status qg_ctx_set_kernel_path(qg_ctx *ctx, int path);   /* path: a qg_kernel_path value */
 int qg_ctx_kernel_path(const qg_ctx *ctx);
+qg_status qg_ctx_set_exact_split(qg_ctx *ctx, int mode);   /* mode: a qg_exact_split value */
+int qg_ctx_exact_split(const qg_ctx *ctx);
 /* Tests and tuning: the shape of the persistent GRU kernels, a cluster of `cluster` blocks (1, 2,
  * 4, 8 or 16) per group of `rows` batch rows (1, 2, 4 or 8), with `splits` threads sharing each
  * hidden unit's dot product (0: chosen; capped at what a block holds); 0, 0, 0 lets each call

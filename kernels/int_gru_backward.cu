@@ -520,8 +520,11 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
  * global stores and the bias sums. */
 enum { BV_WORDS = 10 };
 
+/* barrier.sync, not bar.sync: the warp roles reach a barrier from different instructions, which
+ * bar.sync (= barrier.sync.aligned) leaves undefined (PTX ISA; compute-sanitizer synccheck reported
+ * it on the small-H kernels, bench/gpu_runs/s18_nonaligned_sanitize_h200.log). */
 __device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 template <int KPT>
@@ -1308,6 +1311,12 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
   return S;
 }
 
+/* Where QG_SPLIT_AUTO takes the exact split: the float GEMMs it replaces at least this many flops
+ * (2^28 a step: an SGEMM of ~10 us against the split's extra launch; 2^32 after the loop: ~0.1 ms
+ * against its ~15 launches). */
+#define XS_MIN_STEP_FLOPS 268435456.0
+#define XS_MIN_AFTER_FLOPS 4294967296.0
+
 /* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
  * saved records [T N H] of cb bytes, dy [T N, Hy] (and so the h codes, Hf and the step sums). */
 static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
@@ -1461,18 +1470,18 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   /* the strict mode's exact int8 split (exact_split.cuh): of the per-step product (xs_step: the
    * per-step path with bwd_step1_kernel, R's codes within int8 after an offset) and of the
    * after-loop GEMMs (xs_after: R, W where dx is asked, input.x and output.h grids of at most 256
-   * codes, K = T N and 3H within the int32 accumulation's bound). QGRU_NO_XS builds keep SGEMM (the
-   * benchmarks' comparison). */
+   * codes, K = T N and 3H within the int32 accumulation's bound); under QG_SPLIT_AUTO only where
+   * the float GEMMs are large enough for it to gain (below, the split's extra launches cost more
+   * than the SGEMMs: H200, bench/gpu.md run 16, long-kws 1.37 ms against 1.22) */
   int offR = 0, offW = 0, offX = 0, offH = 0;
-#ifdef QGRU_NO_XS
-  const int strict = 0;
-#else
-  const int strict = ctx->math == QG_MATH_STRICT;
-#endif
+  const int strict = ctx->math == QG_MATH_STRICT && ctx->exact_split != QG_SPLIT_OFF, force = ctx->exact_split == QG_SPLIT_ON;
+  const double step_flops = 2.0 * (double)N * (double)H3 * (double)H,
+               after_flops = 2.0 * (double)TN * (double)H3 * (double)(H + C + (dx ? C : 0));
   const int xs_R = strict && weight_xs(g, QG_W_R, &offR);
-  const int xs_step = xs_R && !persistent && TN > 0 && NH > 0 && fits32 && xs_kpad(H3) <= XS_MAX_K;
+  const int xs_step = xs_R && !persistent && TN > 0 && NH > 0 && fits32 && xs_kpad(H3) <= XS_MAX_K &&
+                      (force || step_flops >= XS_MIN_STEP_FLOPS);
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
-                       xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K;
+                       xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
   int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? xs_step_slices(ctx, N, H) : step_gemm_slices(ctx, N, H, pieces));
   if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],

@@ -489,6 +489,55 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     end)
   end
 
+  -- Strict mode's exact int8 split products (kernels/exact_split.cuh; tests/c/test_exact_split.cu
+  -- checks the products themselves against float64), forced on (QG_SPLIT_ON: auto takes them only
+  -- at large shapes) on both backward paths (the per-step product on the fallback, the after-loop
+  -- GEMMs on both): STE gradients within 1e-5 of the CPU's, the same run twice bit-identical, and
+  -- dx, dW, dR not bit-identical to the fp32 SGEMMs' (QG_SPLIT_OFF): the split rounds once where
+  -- SGEMM rounds at every FMA, so equal bits would mean it did not run. Unsigned output.h (codes
+  -- offset by 128) and asymmetric input.x (a zero-point correction) too. A 12-bit weight.R keeps
+  -- the SGEMMs: the same bits as QG_SPLIT_OFF.
+  for _, v in ipairs({
+    { "int8", {}, true, { seed = 71, T = 6, N = 17, C = 37, H = 130, h0 = true, lengths = true, reverse = true } },
+    { "int8, unsigned output.h", { ["output.h"] = { bitwidth = 8, is_unsigned = true, is_symmetric = false } }, true,
+      { seed = 72, T = 5, N = 3, C = 5, H = 7, lengths = true } },
+    { "12-bit weight.R", { ["weight.R"] = { bitwidth = 12 } }, false, { seed = 73, T = 5, N = 9, C = 11, H = 40, h0 = true } },
+  }) do
+    it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
+                     .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
+      local c = v[4]
+      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
+      local inp = inputs(c, w)
+      local dy, dhn, g0 = ste_inputs(c)
+      local hc = layer_on("cpu", lq, c.C, c.H)
+      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      for _, path in ipairs({ "fallback", "persistent" }) do
+        local ok, err = pcall(with_path, path, function()
+          local hg = layer_on("cuda", lq, c.C, c.H)
+          local o = forward("cuda", hg, inp, true)
+          check(gpu_ctx, lib.qg_ctx_set_exact_split(gpu_ctx, lib.QG_SPLIT_OFF))
+          local plain = backward(hg, o, dy, dhn, g0)
+          check(gpu_ctx, lib.qg_ctx_set_exact_split(gpu_ctx, lib.QG_SPLIT_ON))
+          local runs = {}
+          for r = 1, 2 do runs[r] = backward(hg, o, dy, dhn, g0) end
+          for _, k in ipairs({ "dx", "dW", "dR", "dbx", "dbr", "dh0" }) do
+            local e = U.rel_err(flat(runs[1][k]), flat(gref[k]))
+            assert(e < 1e-5, string.format("%s, %s %s: relative error %.3g vs the CPU", v[1], path, k, e))
+            same(runs[2][k], runs[1][k], v[1] .. ", " .. path .. " second run " .. k)
+          end
+          for _, k in ipairs({ "dx", "dW", "dR" }) do
+            local a, b = flat(runs[1][k]), flat(plain[k])
+            local equal = true
+            for i = 1, #a do if a[i] ~= b[i] then equal = false break end end
+            assert(equal ~= v[3], string.format("%s, %s %s: %s the SGEMMs' bits", v[1], path, k, equal and "the same as" or "different from"))
+          end
+        end)
+        check(gpu_ctx, lib.qg_ctx_set_exact_split(gpu_ctx, lib.QG_SPLIT_AUTO))
+        if not ok then error(err, 0) end
+      end
+    end)
+  end
+
   it("a forced persistent backward on an R~ no cluster can hold (H = 600) or a forced shape that cannot hold H is a clear error; "
      .. "auto falls back and matches the CPU", function()
     local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
