@@ -520,11 +520,13 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
  * global stores and the bias sums. */
 enum { BV_WORDS = 10 };
 
-/* barrier.sync, not bar.sync: the warp roles reach a barrier from different instructions, which
- * bar.sync (= barrier.sync.aligned) leaves undefined (PTX ISA; compute-sanitizer synccheck reported
- * it on the small-H kernels, bench/gpu_runs/s18_nonaligned_sanitize_h200.log). */
+/* bar.sync (barrier.sync.aligned), which the warp roles reach from different instructions:
+ * compute-sanitizer synccheck reports "divergent thread(s) in block" on it. The non-aligned form
+ * (barrier.sync) passes synccheck but made the small-H kernels 9% slower (long-kws int8 inference
+ * 0.623-0.633 ms against 0.570-0.575), and one noinline barrier function (one instruction for every
+ * role) still failed synccheck and ran 33% slower (bench/gpu_runs/s18_barriers_h200_*.log). */
 __device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 template <int KPT>

@@ -303,13 +303,15 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * scheduler on four schedulers instead of two. Steps past the row's length (all at the end, one
  * row per CTA) are written after the loop by Z. Each role loads the W x rows it uses into
  * registers, ISK_RING - 1 steps ahead (no shared-memory ring). The products use
- * several partial sums per row (shorter __dp4a chains). Both barriers are barrier.sync of every
+ * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
-/* barrier.sync, not bar.sync (= barrier.sync.aligned, which requires every thread of the block at
- * the same instruction): Z and RG reach barrier 1 from different code. synccheck failed the kernel
- * on the aligned form ("divergent thread(s) in block", bench/gpu_runs/s18_nonaligned_sanitize_h200.log). */
-__device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+/* bar.sync (barrier.sync.aligned), which Z and RG reach from different code: compute-sanitizer
+ * synccheck reports "divergent thread(s) in block" on it. The non-aligned form (barrier.sync)
+ * passes synccheck but ran 9% slower here (long-kws int8 inference 0.623-0.633 ms against
+ * 0.570-0.575, above cuDNN's 0.590), one noinline barrier function still failed synccheck and ran
+ * 33% slower (bench/gpu_runs/s18_barriers_h200_*.log), so the aligned form stays. */
+__device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 /* NR rows of R (KW words each) against the h words: NP partial sums per row (shorter dependent
  * __dp4a chains; the sum is the same integer), and with SH the h row's byte sum. */
