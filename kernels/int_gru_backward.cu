@@ -60,6 +60,16 @@
  * weight operand, bf16 tensor cores at twice TF32's rate). The pieces are extra rows of the
  * product (the per-step GEMM's 2N columns, dW's and dR's 6H rows, dx's 2 T N rows), added after
  * it in a fixed order (hi first): by the step kernel, add_parts_kernel and masked_add2_kernel.
+ * The strict mode's exact int8 split (exact_split.cuh; qg_ctx_set_exact_split, auto where the
+ * SGEMMs it replaces are large): the same observation, with exact integer sums instead of bf16
+ * pieces. Per step (bwd_step1_kernel<4>, the per-step path): the step kernel writes dq in fp32,
+ * xs_rows_kernel turns dq_s into digit planes (R's per-row exponents folded in), one int8 GEMM
+ * (two K slices where the output leaves the device idle) by R's codes, and the next step kernel
+ * adds the digit products (xs_element: int64, one rounding). After the loop (either path): the
+ * codes of h and x as K = T N contiguous rows, dq's and dp's columns as digit planes (a shift per
+ * column from its largest value), dp's rows for dx; dR, dW, dx as int8 GEMMs and combines that
+ * add the masked results. More accurate than SGEMM (bench/xs_gemm.cu) and 1.9x faster for the
+ * large strict train step (bench/gpu.md, run 16).
  * After the loop: dx, dW, dR by GEMMs (qg_cuda_f32_compute: strict fp32 or TF32; dW on the
  * context's aux stream beside the other two, forked and joined with its events) and the bias sums
  * in a fixed order in double (persistent: chunks of (step, row) pairs, then the chunks in order;
