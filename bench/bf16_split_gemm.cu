@@ -13,6 +13,8 @@
  * (largest |error| over the largest |value|, and the mean |error| over the mean |value|).
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/bf16_split_gemm.cu -lcublasLt -lcublas -o bf16_split_gemm
  */
+#include "cuda_bench.cuh"
+
 #include <algorithm>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -21,31 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define BK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); exit(1); } } while (0)
-
-static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
-
-template <class F>
-static float time_ms(F f, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  float warm = 0;
-  while (warm < 300.0f) {   /* clocks: an idle H200 sits at 345 MHz */
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < 20; i++) f();
-    CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float m; CK(cudaEventElapsedTime(&m, a, b)); warm += m;
-  }
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, st)); f(); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
-  return median(t);
-}
 
 /* the float operand: normal-ish values over ~10 binades; the exact one: integers in [-127, 127] 2^-7 */
 __global__ void fill_kernel(float *x, double *xd, size_t n, unsigned seed, int exact) {

@@ -11,9 +11,10 @@
  * events, median of 30 after a 0.3-s warm-up; the split, the int8 GEMM and the combine, each and
  * together), both compared with the fp64 GEMM of the same operands (largest |error| over the
  * largest |value|, mean |error| over mean |value|), and whether two runs gave the same bits.
- * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels bench/xs_gemm.cu -lcublasLt -lcublas -o xs_gemm
+ * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Ibench bench/xs_gemm.cu -lcublasLt -lcublas -o xs_gemm
  */
 #include "exact_split.cuh"
+#include "cuda_bench.cuh"
 
 #include <algorithm>
 #include <cublasLt.h>
@@ -23,31 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define BK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); exit(1); } } while (0)
-
-static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
-
-template <class F>
-static float time_ms(F f, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  float warm = 0;
-  while (warm < 300.0f) {   /* clocks: an idle H200 sits at 345 MHz */
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < 20; i++) f();
-    CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float m; CK(cudaEventElapsedTime(&m, a, b)); warm += m;
-  }
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, st)); f(); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
-  return median(t);
-}
 
 static unsigned mix(unsigned h) { h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16; return h; }
 

@@ -207,6 +207,17 @@ local function inputs(c, w)
   return inp
 end
 
+-- An STE case at uniform 8-bit operators (over: entries that replace some, name: the config's
+-- label): its quantizers (LayerQuant), inputs, STE inputs (zero_g0 as for ste_inputs) and the
+-- CPU's gradients, the reference of the GPU runs.
+local function uniform_ste_case(c, over, name, zero_g0)
+  local lq, w = calibrated(c.seed, uniform_config(8, over, name), c.T, c.N, c.C, c.H)
+  local inp = inputs(c, w)
+  local dy, dhn, g0 = ste_inputs(c, zero_g0)
+  local hc = layer_on("cpu", lq, c.C, c.H)
+  return lq, inp, dy, dhn, g0, backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+end
+
 -- The CPU's training forward of case c on inputs inp, the reference of the GPU runs, after two
 -- checks of the CPU itself: its inference y equals its training y, and (c.qref) its codes of every
 -- step equal the independent Lua reference's (tests/lua/qref.lua; no lengths there).
@@ -432,11 +443,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     it(string.format("per-step path, wide saved records (%s): STE gradients within 1e-5 of the CPU's; the same run twice is bit-identical",
                      v[1]), function()
       local c = { seed = 34, T = 5, N = 11, C = 6, H = 70, h0 = true, lengths = true, reverse = true }
-      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
-      local inp = inputs(c, w)
-      local dy, dhn, g0 = ste_inputs(c, true)   -- seed 334
-      local hc = layer_on("cpu", lq, c.C, c.H)
-      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, v[2], v[1], true)   -- ste_inputs' seed 334
       with_path("fallback", function()
         local hg = layer_on("cuda", lq, c.C, c.H)
         local runs = {}
@@ -468,11 +475,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     it(string.format("TF32 mode, per-step path, %s: STE gradients within %g of the CPU's; the same run twice is bit-identical", v[1], v[3]),
        function()
       local c = v[4]
-      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
-      local inp = inputs(c, w)
-      local dy, dhn, g0 = ste_inputs(c)
-      local hc = layer_on("cpu", lq, c.C, c.H)
-      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, v[2], v[1])
       qgru.setMath("tf32")
       local ok, err = pcall(with_path, "fallback", function()
         local hg = layer_on("cuda", lq, c.C, c.H)
@@ -506,11 +509,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
                      .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
       local c = v[4]
-      local lq, w = calibrated(c.seed, uniform_config(8, v[2], v[1]), c.T, c.N, c.C, c.H)
-      local inp = inputs(c, w)
-      local dy, dhn, g0 = ste_inputs(c)
-      local hc = layer_on("cpu", lq, c.C, c.H)
-      local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+      local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, v[2], v[1])
       for _, path in ipairs({ "fallback", "persistent" }) do
         local ok, err = pcall(with_path, path, function()
           local hg = layer_on("cuda", lq, c.C, c.H)
@@ -541,11 +540,7 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
   it("a forced persistent backward on an R~ no cluster can hold (H = 600) or a forced shape that cannot hold H is a clear error; "
      .. "auto falls back and matches the CPU", function()
     local c = { seed = 32, T = 3, N = 2, C = 3, H = 600, h0 = true }
-    local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
-    local inp = inputs(c, w)
-    local dy, dhn, g0 = ste_inputs(c, true)   -- seed 332
-    local hc = layer_on("cpu", lq, c.C, c.H)
-    local gref = backward(hc, forward("cpu", hc, inp, true), dy, dhn, g0)
+    local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, nil, "int8", true)   -- ste_inputs' seed 332
     local hg = layer_on("cuda", lq, c.C, c.H)
     local o = forward("cuda", hg, inp, true)   -- auto path
     with_path("persistent", function()
