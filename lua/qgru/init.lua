@@ -51,8 +51,9 @@ end
 function qgru.cudaAvailable() return clib.cuda_available() end
 
 -- "strict" | "tf32": the float GEMMs on the GPU (float GRU, Linear, the STE backward) in strict
--- fp32 (the default) or with TF32 tensor cores. The integer forward is exact in both; the CPU
--- ignores it.
+-- fp32 (the default; the large STE-backward GEMMs as exact int8 split products, at least as
+-- accurate: core/qgru.h, qg_exact_split) or with TF32 tensor cores. The integer forward is exact
+-- in both; the CPU ignores it.
 function qgru.setMath(mode) clib.set_math(mode) end
 function qgru.math() return clib.math() end
 -- "auto" | "persistent" | "fallback": the GPU recurrence of the GRUs (auto picks by shape).
