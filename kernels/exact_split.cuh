@@ -47,17 +47,26 @@ enum { XS_DIGITS = 4,      /* base-256 digits of the 30-bit fixed point */
 /* K padded for the int8 GEMM's operands. */
 static inline int64_t xs_kpad(int64_t K) { return (K + XS_KPAD - 1) / XS_KPAD * XS_KPAD; }
 
-/* The shift of a row whose largest |value| is m (>= 0): max |rne(v 2^sh)| <= 2^XS_FRAC; 0 for m = 0. */
+/* The shift of a row whose largest |value| is m (>= 0): max |rne(v 2^sh)| <= 2^XS_FRAC; 0 for m = 0;
+ * XS_NONFINITE for a row with an Inf or a NaN (m not finite: the row maxima take a NaN as Inf),
+ * whose products are then NaN (xs_value), as an SGEMM's would be Inf or NaN: a diverging training
+ * stays visible. */
+enum { XS_NONFINITE = 1 << 20 };
 __device__ __forceinline__ int xs_shift(double m) {
+  if (!(m <= 1.7976931348623157e308)) return XS_NONFINITE;
   if (!(m > 0)) return 0;
   int ex;
   frexp(m, &ex);   /* m < 2^ex */
   return XS_FRAC - ex;
 }
 
+/* |x| for a row maximum, a NaN taken as Inf (fmaxf would drop it). */
+__device__ __forceinline__ float xs_mag(float x) { return x == x ? fabsf(x) : __int_as_float(0x7f800000); }
+
 /* rne(x 2^k) as an integer: x 2^k in float is exact wherever it is normal, and where it is not
  * (|x 2^k| < 2^-126) it rounds to 0 either way; double for exponents float cannot hold. */
 __device__ __forceinline__ long long xs_fixed(float x, int k) {
+  if (k >= XS_NONFINITE / 2) return 0;   /* a non-finite row: its products are NaN anyway */
   if (k >= -126 && k <= 127) return __float2ll_rn(x * __int_as_float((127 + k) << 23));
   return llrint(ldexp((double)x, k));
 }
@@ -81,6 +90,7 @@ __device__ __forceinline__ void xs_digits(long long x, int8_t dg[XS_DIGITS]) {
  * float, else in double). p_d: digit d's product, the sum over the K slices of a split-K GEMM
  * (integers: exact in any order). */
 __device__ __forceinline__ float xs_value(int32_t p0, int32_t p1, int32_t p2, int32_t p3, long long corr, int shift) {
+  if (shift >= XS_NONFINITE / 2) return __int_as_float(0x7fffffff);   /* a row with an Inf or a NaN */
   const long long S = (long long)p0 + ((long long)p1 << 8) + ((long long)p2 << 16) + ((long long)p3 << 24) + corr;
   const float f = __ll2float_rn(S);
   if (shift >= -127 && shift <= 126) return __fmul_rn(f, __int_as_float((127 - shift) << 23));
@@ -153,7 +163,7 @@ __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict_
   for (int64_t c0 = 0; c0 < K; c0 += chunk) {
     load(c0);
 #pragma unroll
-    for (int i = 0; i < XS_VPT; i++) m = fmaxf(m, fabsf(v[i]) * xs_pow2_neg(e[i]));
+    for (int i = 0; i < XS_VPT; i++) m = fmaxf(m, xs_mag(v[i]) * xs_pow2_neg(e[i]));
   }
   const int s = xs_shift(xs_block_max((double)m, smax));
   long long c = 0;
@@ -193,7 +203,7 @@ __global__ void xs_colmax_kernel(unsigned *__restrict__ mbits, const float *__re
   if (j >= J) return;
   const int64_t t0 = blockIdx.y * rows_per_block, t1 = t0 + rows_per_block < T ? t0 + rows_per_block : T;
   float m = 0;
-  for (int64_t t = t0; t < t1; t++) m = fmaxf(m, fabsf(X[t * J + j]));
+  for (int64_t t = t0; t < t1; t++) m = fmaxf(m, xs_mag(X[t * J + j]));
   atomicMax(mbits + j, __float_as_uint(m));
 }
 

@@ -17,7 +17,9 @@
  * Cases: both kernels (rows with per-K exponents and zero points; columns with a per-tensor zero
  * point), K and column counts that are not multiples of the 16-byte padding or the 64 x 64 tiles,
  * split-K slices, unsigned 8-bit codes (offset 128), rows of zeros, values spanning 2^-140..2^100
- * (shifts past float's exponent range: the double path), integers on the grid (exact), ties.
+ * (shifts past float's exponent range: the double path), integers on the grid (exact), ties, and
+ * a NaN in one row and an Inf in another: every product of those rows must be NaN (as an SGEMM's
+ * would be Inf or NaN), the other rows unaffected.
  */
 #include "exact_split.cuh"
 
@@ -64,6 +66,7 @@ struct spec {
   int64_t R, K, Cc;
   int kind, uns, slices, zero_row, zpt;   /* zpt: the columns case's zero point */
   int exact;          /* every value on the grid: the result must be the float64 product rounded once */
+  int nonfinite;      /* row 2 gets a NaN, row 3 an Inf */
 };
 
 static void run(const spec &c, cublasHandle_t hb, cudaStream_t st) {
@@ -76,6 +79,11 @@ static void run(const spec &c, cublasHandle_t hb, cudaStream_t st) {
       if (c.rows) X[(size_t)(r * K + k)] = v;
       else X[(size_t)(k * R + r)] = v;
     }
+  if (c.nonfinite) {   /* rows 2 and 3 of the float operand (columns 2 and 3 of X in the columns case) */
+    const int64_t k2 = K / 3, k3 = K - 1;
+    if (c.rows) { X[(size_t)(2 * K + k2)] = nanf(""); X[(size_t)(3 * K + k3)] = INFINITY; }
+    else { X[(size_t)(k2 * R + 2)] = nanf(""); X[(size_t)(k3 * R + 3)] = -INFINITY; }
+  }
   /* the integer operand: codes q [K][Cc] of an 8-bit grid, row exponents ke and zero points kz
    * (rows case), one zero point (columns case) */
   const int qmin = c.uns ? 0 : -128, off = c.uns ? 128 : 0;
@@ -148,6 +156,13 @@ static void run(const spec &c, cublasHandle_t hb, cudaStream_t st) {
   int bad = 0;
   double worst = 0;
   for (int64_t r = 0; r < R; r++) {
+    if (c.nonfinite && (r == 2 || r == 3)) {
+      for (int64_t cc = 0; cc < Cc; cc++)
+        if (!isnan(got[(size_t)(r * Cc + cc)]) && bad++ < 3)
+          fprintf(stderr, "  %s: (%lld, %lld) got %.9g from a row with a NaN or an Inf, expected NaN\n", c.name, (long long)r, (long long)cc,
+                  (double)got[(size_t)(r * Cc + cc)]);
+      continue;
+    }
     if (gsh[r] != shift[r] && bad++ < 3) fprintf(stderr, "  %s: row %lld shift %d, expected %d\n", c.name, (long long)r, gsh[r], shift[r]);
     for (int64_t cc = 0; cc < Cc; cc++) {
       const size_t i = (size_t)(r * Cc + cc);
@@ -184,7 +199,7 @@ int main(void) {
   BK(cublasCreate(&hb));
   BK(cublasSetStream(hb, st));
   const spec cases[] = {
-      /* name                            rows  R    K     Cc  kind    uns sl zr zpt exact */
+      /* name                            rows  R    K     Cc  kind    uns sl zr zpt exact nonfinite */
       {"rows, wide values",               1,   37,  390,  70, V_WIDE, 0, 1, 1, 0, 0},
       {"rows, split-K 2",                 1,   17,  2048, 33, V_WIDE, 0, 2, 0, 0, 0},
       {"rows, split-K 4, unsigned codes", 1,   9,   1024, 130, V_WIDE, 1, 4, 1, 0, 0},
@@ -195,6 +210,8 @@ int main(void) {
       {"columns, 2^-140 .. 2^100",        0,   12,  333,  7,  V_SPAN, 0, 1, 0, -3, 0},
       {"columns, integers (exact)",       0,   65,  129,  3,  V_INT,  0, 1, 1, 0, 1},
       {"columns, ties at half the grid",  0,   6,   64,   9,  V_TIES, 0, 1, 0, 0, 0},
+      {"rows, a NaN and an Inf",          1,   7,   224,  13, V_WIDE, 0, 2, 0, 0, 0, 1},
+      {"columns, a NaN and an -Inf",      0,   9,   150,  11, V_WIDE, 0, 1, 0, 7, 0, 1},
   };
   for (const spec &c : cases) run(c, hb, st);
   cublasDestroy(hb);
