@@ -23,7 +23,8 @@
  *     (off - z_k)), rounded once to float, times 2^-sh[r] and the output's scale (exact).
  * So the result is the exact product of the 30-bit-rounded X with the integer operand, rounded
  * once: at least as accurate as SGEMM, whose every FMA rounds, and deterministic (integer sums have
- * no order). The int8 tensor cores need both operands K-contiguous (cuBLAS "TN"): the digit planes
+ * no order). A row with an Inf or a NaN gives NaN in every product of the row (XS_NONFINITE), as
+ * an SGEMM's would be Inf or NaN. The int8 tensor cores need both operands K-contiguous (cuBLAS "TN"): the digit planes
  * and the codes are written K-contiguous, rows padded to XS_KPAD bytes with zeros.
  */
 #ifndef QGRU_EXACT_SPLIT_CUH
