@@ -1124,7 +1124,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       if (PC != 2) {
         float *dqr = p.dq + qrow;
         dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
-        ((float *)Hf)[se] = hf;
+        if (PC != 4 || Hf) ((float *)Hf)[se] = hf;
       } else {
         __nv_bfloat16 *dqr = (__nv_bfloat16 *)p.dq + qrow;
         const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
@@ -1169,7 +1169,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
       const int prow = (t * N + n) * PW * H3 + i;
       if (PC != 2) {
-        ((float *)Hf)[se] = v.v.hp;
+        if (PC != 4 || Hf) ((float *)Hf)[se] = v.v.hp;   /* PC = 4: NULL where the after-loop GEMMs split too */
         float *dpr = p.dp + prow, *dqr = p.dq + qrow;
         dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
         dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
@@ -1580,7 +1580,8 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       L.ke = g->w_exp[QG_W_R]; L.kz = g->w_zp[QG_W_R];
     }
     L.R = pieces == 2 ? (const void *)Rb : (const void *)g->fq[QG_W_R];
-    L.dh = dh; L.dh_next = dh_next; L.Hf = Hf; L.P = P; L.sp = part;
+    L.dh = dh; L.dh_next = dh_next; L.P = P; L.sp = part;
+    L.Hf = xs_step && xs_after ? NULL : Hf;   /* the split's dR takes h's codes: no dequantized h to write */
     L.chunks = schunks; L.rpt = rpt; L.math = (int)ctx->math; L.slices = slices;
     L.words = words;
     L.fits32 = fits32;
