@@ -151,13 +151,14 @@ __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict_
   const int64_t r = blockIdx.x, chunk = (int64_t)XS_VPT * XS_THREADS;
   const float *x = X + r * ldx;
   float v[XS_VPT];
-  int e[XS_VPT];
-  auto load = [&](int64_t c0) {
+  int e[XS_VPT], zc[XS_VPT];
+  auto load = [&](int64_t c0) {   /* the values, their exponents and code offsets: every load issued at once */
 #pragma unroll
     for (int i = 0; i < XS_VPT; i++) {
       const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;
       v[i] = k < K ? x[k] : 0.0f;
       e[i] = ke && k < K ? ke[k] : 0;
+      zc[i] = zoff - (kz && k < K ? kz[k] : 0);
     }
   };
   float m = 0;   /* |x| 2^-ke: exact (|ke| <= 31, gradients far from float's limits) */
@@ -172,12 +173,6 @@ __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict_
   int8_t *d0 = D + r * Kp;
   for (int64_t c0 = 0; c0 < Kp; c0 += chunk) {
     if (K > chunk || K == 0) load(c0);   /* one chunk: still in the registers */
-    int zc[XS_VPT];
-#pragma unroll
-    for (int i = 0; i < XS_VPT; i++) {
-      const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;
-      zc[i] = zoff - (kz && k < K ? kz[k] : 0);
-    }
 #pragma unroll
     for (int i = 0; i < XS_VPT; i++) {
       const int64_t k = c0 + threadIdx.x + (int64_t)i * XS_THREADS;

@@ -997,14 +997,14 @@ enum { BS_X = 32, BS_Y = 8 };
  * kernel's index type (int64_t, or int where the step's indices fit 32 bits). */
 template <typename I>
 __device__ __forceinline__ void block_bias_sums(double (&sh)[4][BS_Y][BS_X], double a0, double a1, double a2, double a3, I s,
-                                                I H, I i, double *__restrict__ sp) {
+                                                I H, I i, double *__restrict__ sp, I chunk, I chunks) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
   __syncthreads();
   if (ty < 4 && i < H) {
     double v = 0;
     for (int y = 0; y < BS_Y; y++) v += sh[ty][y][tx];
-    sp[((s * (I)gridDim.y + (I)blockIdx.y) * 4 + ty) * H + i] = v;
+    sp[((s * chunks + chunk) * 4 + ty) * H + i] = v;
   }
 }
 
@@ -1056,7 +1056,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, MB) bwd_step_kernel(const __grid_
       dn[e] = gr.dhprev;
       Hf[s * NH + e] = (float)qg_deq(hp, QH);
     }
-  block_bias_sums<int64_t>(sh, a0, a1, a2, a3, s, H, i, sp);
+  block_bias_sums<int64_t>(sh, a0, a1, a2, a3, s, H, i, sp, (int64_t)blockIdx.y, (int64_t)gridDim.y);
 }
 
 /* v = hi + lo + r as bf16 pieces, hi = bf16(v), lo = bf16(v - hi) (v - hi is exact in fp32): 16
@@ -1085,7 +1085,10 @@ __device__ __forceinline__ double pow2_neg(int e) {
  * the step's GEMM, the dh-independent part before griddepcontrol.wait: no gain at large, and the
  * wait's serialization of the partial products' loads cost 0.09 ms at medium.)
  * 8 blocks per multiprocessor asked of ptxas: 32 registers (16 bytes of stack), one wave at large;
- * the 40-register build (6 blocks, no stack) ran the same (bench/cuda_int_gru.md, round 3). */
+ * the 40-register build (6 blocks, no stack) ran the same (bench/cuda_int_gru.md, round 3).
+ * A launch runs the rows [n0, n0 + nr) (n0 a multiple of BS_Y; the two row groups of
+ * step_loop_body), its blocks' bias sums are chunks n0 / BS_Y + blockIdx.y of `chunks`, and P
+ * holds the products of those rows only: planes of nr rows. */
 enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 
 template <int PC>
@@ -1093,26 +1096,27 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
                                                                  int nparts, float *__restrict__ dn, void *__restrict__ Hf,
                                                                  double *__restrict__ sp, const int *__restrict__ xsh,
-                                                                 const long long *__restrict__ xcorr) {
+                                                                 const long long *__restrict__ xcorr, int n0, int nr, int chunks) {
   __shared__ double sh[4][BS_Y][BS_X];
   const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
-  const int i = blockIdx.x * BS_X + threadIdx.x, n = blockIdx.y * BS_Y + threadIdx.y;
+  const int i = blockIdx.x * BS_X + threadIdx.x, n = n0 + blockIdx.y * BS_Y + threadIdx.y;
   const int e = n * H + i, se = s * NH + e;
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  if (i < H && n < N) {
+  if (i < H && n < n0 + nr) {
     const int Ln = (int)length_at(p.L, n, p.T);
     const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
     const int32_t hq = p.hq[se];
     float dh = dd[e];
-    if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][N][H] int32 */
-      if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, NH, e, xcorr[n], xsh[n]);
+    if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][nr][H] int32 */
+      if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, (int64_t)nr * H, (n - n0) * H + i, xcorr[n], xsh[n]);
     } else {
-      /* the partial products: slice j, piece c of (n, i) at P[j PC NH + (n PC + c) H + i] (PC = 1:
-       * P[j NH + e]); added slice by slice, pieces in order */
+      /* the partial products: slice j, piece c of (n, i) at P[j PC nr H + ((n - n0) PC + c) H + i]
+       * (PC = 1: P[j nr H + (n - n0) H + i]); added slice by slice, pieces in order */
+      const int pr = nr * H, nl = n - n0;
       float pv[STEP_MAX_SLICES];
 #pragma unroll
       for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
-        pv[j] = j < nparts * PC ? P[(j / PC) * PC * NH + (n * PC + j % PC) * H + i] : 0.0f;
+        pv[j] = j < nparts * PC ? P[(j / PC) * PC * pr + (nl * PC + j % PC) * H + i] : 0.0f;
 #pragma unroll
       for (int j = 0; j < STEP_MAX_SLICES; j++)
         if (j < nparts * PC) dh += pv[j];
@@ -1186,7 +1190,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
       dn[e] = gr.dhprev;
     }
   }
-  block_bias_sums<int>(sh, a0, a1, a2, a3, s, H, i, sp);
+  block_bias_sums<int>(sh, a0, a1, a2, a3, s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);
 }
 
 /* out[e] = dd[e] + the nparts slices' partial products of e = (n, i), pieces in order within a
@@ -1316,12 +1320,23 @@ static int act_xs(qg_qp q, int *off) {
 #define QGRU_XS_STEP_SLICES 2
 #endif
 static_assert(QGRU_XS_STEP_SLICES >= 1 && QGRU_XS_STEP_SLICES <= XS_MAX_SLICES, "xs_element adds at most XS_MAX_SLICES slices");
-static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {
+static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the rows of one product */
   const int64_t tiles = ((4 * N + 255) / 256) * ((H + 127) / 128), units = xs_kpad(3 * H) / XS_KPAD;
   int S = 1;
   while (S < QGRU_XS_STEP_SLICES && tiles * 2 * S <= ctx->sm_count && units % (2 * S) == 0 && units / (2 * S) >= 16) S *= 2;
   return S;
 }
+
+/* The strict split's per-step chain (the step kernel, xs_rows_kernel, the int8 GEMM) runs as two
+ * independent chains of half the batch rows each, on the main and the aux stream, from this many
+ * rows (N) on: each chain's latency-bound kernels then overlap the other's GEMM (H200, large:
+ * backward 5.20-5.24 -> 4.97-5.03 ms; bench/cuda_int_gru.md, session 19). Every row's values and
+ * sums are those of one chain: the same bits. step_loop_body runs the TF32 split's chain the same
+ * way, but there (no split kernel between the step kernel and its GEMM) two groups were slower
+ * (2.64 -> 2.86 ms), so it keeps one. */
+#ifndef QGRU_ROW_GROUP_ROWS
+#define QGRU_ROW_GROUP_ROWS 128
+#endif
 
 /* Where QG_SPLIT_AUTO takes the exact split: the float GEMMs it replaces at least this many flops
  * (2^28 a step: an SGEMM of ~10 us against the split's extra launch; 2^32 after the loop: ~0.1 ms
@@ -1359,7 +1374,12 @@ struct step_loop {
   int *xsh;
   long long *xcorr;
   const int32_t *ke, *kz;
-  void *stream, *blas;
+  /* the row groups (QGRU_ROW_GROUP_ROWS; groups = 1: all rows): group 0 rows [0, nsplit) on the main stream,
+   * group 1 rows [nsplit, N) on the aux stream (groups = 2), each with its own products P + S pc
+   * n0 H [S][pc][nr][H] (pc = 4 digits or 2 pieces) and (xs) digit planes Dq + 4 n0 Kp [4][nr][Kp] */
+  int groups;
+  int64_t nsplit;
+  void *stream, *blas, *aux_stream, *aux_blas, *ev_fork, *ev_join;
   qg_ctx *ctx;
 };
 
@@ -1372,36 +1392,64 @@ static qg_status step_loop_body(void *arg) {
   const int64_t N = L.bp.N, H = L.bp.H, H3 = 3 * H, S = L.slices, Kc = S ? H3 / S : 0;
   const dim3 grid((unsigned)((H + BS_X - 1) / BS_X), (unsigned)L.chunks), block(BS_X, BS_Y);
   float *dh = L.dh, *dn = L.dh_next;
+  const int chunks = (int)L.chunks;
+  if (L.xs || L.pieces == 2) {   /* the splits: their row groups, each a chain of its own (a stream and cuBLAS handle each) */
+    const cudaStream_t st = (cudaStream_t)L.stream, ax = (cudaStream_t)L.aux_stream;
+    if (L.groups == 2) {
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.ev_fork, st));
+      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)L.ev_fork, 0));
+    }
+    for (int64_t s = L.bp.T - 1; s >= 0; s--) {
+      const int np = s == L.bp.T - 1 ? 0 : (int)S;
+      for (int gi = 0; gi < L.groups; gi++) {
+        const int64_t n0 = gi ? L.nsplit : 0, nr = (L.groups == 1 ? N : gi ? N - L.nsplit : L.nsplit);
+        const cudaStream_t gs = gi ? ax : st;
+        const cublasHandle_t gb = (cublasHandle_t)(gi ? L.aux_blas : L.blas);
+        const dim3 gg((unsigned)((H + BS_X - 1) / BS_X), (unsigned)((nr + BS_Y - 1) / BS_Y));
+        if (L.xs) {
+          int32_t *Pg = (int32_t *)L.P + S * XS_DIGITS * n0 * H;
+          int8_t *Dg = L.Dq + XS_DIGITS * n0 * L.Kp;
+          bwd_step1_kernel<4><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, (const float *)Pg, np, dn, L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr,
+                                                     chunks);
+          QG_CHECK(qg_cuda_launched(ctx, fn));
+          /* dq_s as digit planes (R's exponents folded in), then P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
+          xs_rows_kernel<<<(unsigned)nr, XS_THREADS, 0, gs>>>(Dg, L.xsh + n0, L.xcorr + n0, L.bp.dq + (s * N + n0) * H3, H3, nr, H3, L.Kp,
+                                                             L.ke, L.kz, L.zoff);
+          QG_CHECK(qg_cuda_launched(ctx, fn));
+          QG_CHECK(xs_gemm_on(ctx, gb, fn, Pg, Dg, L.RT, XS_DIGITS * nr, H, L.Kp, (int)S));
+        } else {
+          float *Pg = L.P + S * 2 * n0 * H;
+          bwd_step1_kernel<2><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, Pg, np, dn, L.Hf, L.sp, NULL, NULL, (int)n0, (int)nr, chunks);
+          QG_CHECK(qg_cuda_launched(ctx, fn));
+          /* P[k] [2 nr, H]: row l 2 + c = piece c of dq_s's row n0 + l (bf16 [N][2][3H]: column-major
+           * [3H, 2 nr] with ld 3H) times R~'s slice k (bf16); every product exact, fp32 accumulation */
+          const __nv_bfloat16 *dqs = (const __nv_bfloat16 *)L.bp.dq + (s * N + n0) * 2 * H3;
+          const float one = 1.0f, zero = 0.0f;
+          QG_CHECK(qg_cublas_status(ctx, fn, cublasGemmStridedBatchedEx(gb, CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)(2 * nr), (int)Kc, &one, L.R,
+                                                                        CUDA_R_16BF, (int)H, Kc * H, dqs, CUDA_R_16BF, (int)H3, Kc, &zero,
+                                                                        Pg, CUDA_R_32F, (int)H, 2 * nr * H, (int)S, CUBLAS_COMPUTE_32F,
+                                                                        CUBLAS_GEMM_DEFAULT)));
+        }
+      }
+      float *tmp = dh; dh = dn; dn = tmp;
+    }
+    if (L.groups == 2) {
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.ev_join, ax));
+      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)L.ev_join, 0));
+    }
+    return QG_OK;
+  }
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
-    if (L.xs) {
-      bwd_step1_kernel<4><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, L.xsh, L.xcorr);
-    } else if (L.pieces == 2) {
-      bwd_step1_kernel<2><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL);
-    } else if (L.fits32) {
-      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL);
+    if (L.fits32) {
+      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL, 0, (int)N, chunks);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
     f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
     }
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (L.xs) {
-      /* dq_s as digit planes (R's exponents folded in), then P [S][4N, H] = Dq [4N, Kp] RT [H, Kp]^T */
-      xs_rows_kernel<<<(unsigned)N, XS_THREADS, 0, (cudaStream_t)L.stream>>>(L.Dq, L.xsh, L.xcorr, L.bp.dq + s * N * H3, H3, N, H3, L.Kp,
-                                                                            L.ke, L.kz, L.zoff);
-      QG_CHECK(qg_cuda_launched(ctx, fn));
-      QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, (int32_t *)L.P, L.Dq, L.RT, XS_DIGITS * N, H, L.Kp, (int)S));
-    } else if (L.pieces == 2) {
-      /* P[k] [2N, H]: row n 2 + c = piece c of dq_s's row n (bf16 [N][2][3H]: column-major [3H, 2N]
-       * with ld 3H) times R~'s slice k (bf16); every product exact, fp32 accumulation */
-      const __nv_bfloat16 *dqs = (const __nv_bfloat16 *)L.bp.dq + s * N * 2 * H3;
-      const float one = 1.0f, zero = 0.0f;
-      QG_CHECK(qg_cublas_status(ctx, fn, cublasGemmStridedBatchedEx(
-                                             qg_cuda_blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, (int)H, (int)(2 * N), (int)Kc, &one,
-                                             L.R, CUDA_R_16BF, (int)H, Kc * H, dqs, CUDA_R_16BF, (int)H3, Kc, &zero, L.P,
-                                             CUDA_R_32F, (int)H, 2 * N * H, (int)S, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
-    } else if (!S) {
+    if (!S) {
       const float *dqs = L.bp.dq + s * N * H3;
       QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dqs, (const float *)L.R, 1.0f, dn));   /* dn += dq_s R~ */
     } else {   /* P[k] = dq_s[:, k Kc : (k + 1) Kc] R~[k Kc : (k + 1) Kc, :] (column-major: P^T = R~^T dq^T) */
@@ -1494,7 +1542,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                       (force || step_flops >= XS_MIN_STEP_FLOPS);
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
-  int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? xs_step_slices(ctx, N, H) : step_gemm_slices(ctx, N, H, pieces));
+  /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */
+  const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? 2 : 1;
+  const int64_t nsplit = groups == 2 ? round_up((N + 1) / 2, BS_Y) : N;
+  int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? xs_step_slices(ctx, nsplit, H) : step_gemm_slices(ctx, nsplit, H, pieces));
   if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
@@ -1587,15 +1638,27 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.fits32 = fits32;
     L.pieces = pieces;
     L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
+    L.groups = groups; L.nsplit = nsplit;
+    if (groups == 2) {
+      L.aux_stream = ctx->aux_stream; L.aux_blas = ctx->aux_cublas; L.ev_fork = ctx->ev_fork; L.ev_join = ctx->ev_join;
+    }
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
     if (slices && xs_step) {   /* plus the last step's product */
-      add_xs_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, (const int32_t *)P, slices, L.xsh, L.xcorr, NH, H, dh_next);
+      for (int gi = 0; gi < groups; gi++) {   /* the row groups' products: planes of nr rows each */
+        const int64_t n0 = gi ? nsplit : 0, nr = gi ? N - nsplit : nsplit;
+        add_xs_kernel<<<qg_cuda_blocks(nr * H, 256), 256, 0, st>>>(dh + n0 * H, (const int32_t *)P + slices * XS_DIGITS * n0 * H, slices,
+                                                                   L.xsh + n0, L.xcorr + n0, nr * H, H, dh_next + n0 * H);
+      }
       QG_CHECK(qg_cuda_launched(ctx, fn));
       float *tmp = dh; dh = dh_next; dh_next = tmp;
     } else if (slices) {   /* plus the last GEMM's partial products */
-      add_parts_kernel<<<qg_cuda_blocks(NH, 256), 256, 0, st>>>(dh, P, slices, pieces, NH, H, dh_next);
+      for (int gi = 0; gi < groups; gi++) {   /* per row group as for the split above (one group: all rows) */
+        const int64_t n0 = gi ? nsplit : 0, nr = gi ? N - nsplit : nsplit;
+        add_parts_kernel<<<qg_cuda_blocks(nr * H, 256), 256, 0, st>>>(dh + n0 * H, P + slices * pieces * n0 * H, slices, pieces, nr * H, H,
+                                                                      dh_next + n0 * H);
+      }
       QG_CHECK(qg_cuda_launched(ctx, fn));
       float *tmp = dh; dh = dh_next; dh_next = tmp;
     }

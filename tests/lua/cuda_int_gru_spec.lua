@@ -505,6 +505,8 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     { "int8, unsigned output.h", { ["output.h"] = { bitwidth = 8, is_unsigned = true, is_symmetric = false } }, true,
       { seed = 72, T = 5, N = 3, C = 5, H = 7, lengths = true } },
     { "12-bit weight.R", { ["weight.R"] = { bitwidth = 12 } }, false, { seed = 73, T = 5, N = 9, C = 11, H = 40, h0 = true } },
+    -- N >= 128: the per-step chain as two row groups on two streams (rows 0-71 and 72-129)
+    { "int8, two row groups", {}, true, { seed = 74, T = 4, N = 130, C = 9, H = 33, h0 = true, lengths = true, reverse = true } },
   }) do
     it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
                      .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
