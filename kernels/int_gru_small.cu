@@ -306,11 +306,12 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
  * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
-/* bar.sync (barrier.sync.aligned), which Z and RG reach from different code: compute-sanitizer
- * synccheck reports "divergent thread(s) in block" on it. The non-aligned form (barrier.sync)
- * passes synccheck but ran 9% slower here (long-kws int8 inference 0.623-0.633 ms against
- * 0.570-0.575, above cuDNN's 0.590), one noinline barrier function still failed synccheck and ran
- * 33% slower (bench/gpu_runs/s18_barriers_h200_*.log), so the aligned form stays. */
+/* bar.sync (barrier.sync.aligned: every thread must execute the same instruction). Both roles run
+ * one loop with the barriers in common code and their work in warp-uniform branches between them.
+ * (Until session 19 each role had a loop of its own, so the roles reached a barrier from
+ * different instructions: compute-sanitizer synccheck reported "divergent thread(s) in block";
+ * the non-aligned form, barrier.sync, passed it but ran 9% slower, long-kws int8 inference
+ * 0.623-0.633 ms against 0.570-0.575, bench/gpu_runs/s18_barriers_h200_*.log.) */
 __device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 /* NR rows of R (KW words each) against the h words: NP partial sums per row (shorter dependent
@@ -403,37 +404,65 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   };
   __syncthreads();
 
-  if (!rg) {
-    uint32_t Rz[1][KW];
+  /* one loop for both roles, so that each barrier is one instruction that every thread executes
+   * (bar.sync is barrier.sync.aligned): the roles' work sits in warp-uniform branches between
+   * them. Each thread holds its role's registers: R's rows (Z: row z in Rw[0]; RG: rows r, g), the
+   * per-row terms and the W x pipeline (Z: row z in wq[][0]; RG: rows r, g). */
+  uint32_t Rw[2][KW];
 #pragma unroll
-    for (int w = 0; w < KW; w++) Rz[0][w] = mu < H ? ((const uint32_t *)(p.Rp + i * p.Kp))[w] : 0u;
-    const uint32_t rconst = active ? (uint32_t)p.rconst[i] : 0u, roff = active ? (uint32_t)p.roff[i] : 0u;
-    float *yb = p.y + (active ? (int)n * (int)p.Hy + p.y_offset + mu : 0);
-    const int hoff = active ? (int)n * Hi + mu : 0;
-    const double yscale = ldexp(1.0, -QH.e);
-    /* step s's outputs: y (at t), the saved state, h after the step */
-    auto store = [&](int s, int32_t h, int32_t zpre, int32_t rpre, int32_t gpre, int32_t rhb, uint32_t mask) {
-      yb[(p.reverse ? Li - 1 - s : s) * y_row] = (float)((double)(h - QH.z) * yscale);
-      const int cell = s * h_row + hoff;
-      if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
-        uint32_t cw[3];
-        qg_cell_narrow_words(&q, zpre, rpre, gpre, rhb, mask, cw);
-        uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
-        dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
-      }
-      if (p.hq) p.hq[cell + h_row] = h;
-    };
-    int32_t hprev = active ? hq0[n * H + i] : 0, zpre_p = 0;
-    int32_t wq[ISK_RING - 1];
+  for (int g = 0; g < 2; g++)
 #pragma unroll
-    for (int k = 0; k < ISK_RING - 1; k++) wq[k] = wx_at(k, 0);
-    uint32_t mz_p = 0;
-    for (int s = 0; s < Li; s++) {
-      int hw[KW];
-      isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+    for (int w = 0; w < KW; w++)
+      Rw[g][w] = mu < H && (rg || g == 0) ? ((const uint32_t *)(p.Rp + ((int64_t)(g + rg) * H + i) * p.Kp))[w] : 0u;
+  uint32_t rconst[2] = {0, 0}, roff[2] = {0, 0};   /* Z: row z's in [0]; RG: rows r, g */
+  if (active) {
+    rconst[0] = (uint32_t)p.rconst[rg * H + i];
+    roff[0] = (uint32_t)p.roff[rg * H + i];
+    if (rg) {
+      rconst[1] = (uint32_t)p.rconst[2 * H + i];
+      roff[1] = (uint32_t)p.roff[2 * H + i];
+    }
+  }
+  float *yb = p.y + (active ? (int)n * (int)p.Hy + p.y_offset + mu : 0);
+  const int hoff = active ? (int)n * Hi + mu : 0;
+  const double yscale = ldexp(1.0, -QH.e);
+  /* Z: step s's outputs: y (at t), the saved state, h after the step */
+  auto store = [&](int s, int32_t h, int32_t zpre, int32_t rpre, int32_t gpre, int32_t rhb, uint32_t mask) {
+    yb[(p.reverse ? Li - 1 - s : s) * y_row] = (float)((double)(h - QH.z) * yscale);
+    const int cell = s * h_row + hoff;
+    if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
+      uint32_t cw[3];
+      qg_cell_narrow_words(&q, zpre, rpre, gpre, rhb, mask, cw);
+      uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+      dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
+    }
+    if (p.hq) p.hq[cell + h_row] = h;
+  };
+  const int32_t baseH = (int32_t)p.baseH;
+  int32_t hprev = !rg && active ? hq0[n * H + i] : 0, zpre_p = 0;
+  uint32_t mz_p = 0;
+  int32_t wq[ISK_RING - 1][2];
+#pragma unroll
+  for (int k = 0; k < ISK_RING - 1; k++) {
+    wq[k][0] = wx_at(k, rg);
+    wq[k][1] = rg ? wx_at(k, 2) : 0;
+  }
+  for (int s = 0; s < Li; s++) {
+    int hw[KW];
+    isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+    const int32_t w0 = wq[0][0], w1 = wq[0][1];
+#pragma unroll
+    for (int k = 0; k < ISK_RING - 2; k++) {
+      wq[k][0] = wq[k + 1][0];
+      wq[k][1] = wq[k + 1][1];
+    }
+    wq[ISK_RING - 2][0] = wx_at(s + ISK_RING - 1, rg);
+    wq[ISK_RING - 2][1] = rg ? wx_at(s + ISK_RING - 1, 2) : 0;
+    qg_cell32_rgo ro;
+    if (!rg) {   /* Z: row z, z_pre, z, old; step s - 1's stores from what RG left in xr */
       int32_t acc, sh;
-      if (need_sh) isk_dots<KW, 1, 4, true>(Rz, hw, &acc, &sh);
-      else isk_dots<KW, 1, 4, false>(Rz, hw, &acc, &sh);
+      if (need_sh) isk_dots<KW, 1, 4, true>(Rw, hw, &acc, &sh);
+      else isk_dots<KW, 1, 4, false>(Rw, hw, &acc, &sh);
       int32_t xh = 0, xrp = 0, xgp = 0, xrb = 0;
       uint32_t xm = 0;
       if (s > 0) {   /* what RG left of step s - 1 */
@@ -441,81 +470,48 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
         xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
         hprev = xh;
       }
-      const int32_t wx = wq[0];
-#pragma unroll
-      for (int k = 0; k < ISK_RING - 2; k++) wq[k] = wq[k + 1];
-      wq[ISK_RING - 2] = wx_at(s + ISK_RING - 1, 0);
       qg_cell32_zo zo;
-      qg_cell32_z(&c32, 0, wx, (int32_t)((uint32_t)acc + rconst + roff * (uint32_t)sh), hprev, &zo);
+      qg_cell32_z(&c32, 0, w0, (int32_t)((uint32_t)acc + rconst[0] + roff[0] * (uint32_t)sh), hprev, &zo);
       xz[mu] = zo.cz; xz[HW + mu] = zo.old;
       if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
       zpre_p = zo.zpre; mz_p = zo.mask;
-      isk_bar_sync(1, nthr);   /* publishes xz to RG */
-      isk_bar_sync(0, nthr);
-    }
-    if (!active) return;
-    if (Li > 0) {
-      const int32_t *x = xr + ((Li - 1) & 1) * 5 * HW + mu;
-      hprev = x[0];
-      store(Li - 1, x[0], zpre_p, x[HW], x[2 * HW], x[3 * HW], (uint32_t)x[4 * HW] | mz_p);
-    }
-    for (int s = Li; s < Ti; s++) {   /* padded steps (t = s): the state stays, y = 0 */
-      const int cell = s * h_row + hoff;
-      if (p.cell_out) {
-        uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
-        z[0] = 0; z[1] = 0; z[2] = 0;
-      }
-      yb[s * y_row] = 0.0f;
-      if (p.hq) p.hq[cell + h_row] = hprev;
-    }
-    if (!p.hq) isk_h_at(p, T)[hoff] = hprev;
-    if (p.hn) p.hn[hoff] = (float)qg_deq(hprev, QH);
-  } else {
-    uint32_t Rr[2][KW];
-#pragma unroll
-    for (int g = 0; g < 2; g++)
-#pragma unroll
-      for (int w = 0; w < KW; w++) Rr[g][w] = mu < H ? ((const uint32_t *)(p.Rp + ((int64_t)(g + 1) * H + i) * p.Kp))[w] : 0u;
-    uint32_t rconst[2] = {0, 0}, roff[2] = {0, 0};
-    if (active)
-      for (int g = 0; g < 2; g++) {
-        rconst[g] = (uint32_t)p.rconst[(g + 1) * H + i];
-        roff[g] = (uint32_t)p.roff[(g + 1) * H + i];
-      }
-    const int32_t baseH = (int32_t)p.baseH;
-    int32_t wq[ISK_RING - 1][2];
-#pragma unroll
-    for (int k = 0; k < ISK_RING - 1; k++) {
-      wq[k][0] = wx_at(k, 1);
-      wq[k][1] = wx_at(k, 2);
-    }
-    for (int s = 0; s < Li; s++) {
-      int hw[KW];
-      isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+    } else {   /* RG: rows r and g, r_pre, r, Rh_g + br_g, r Rhb, g_pre, g */
       int32_t acc[2], sh;
-      if (need_sh) isk_dots<KW, 2, 2, true>(Rr, hw, acc, &sh);
-      else isk_dots<KW, 2, 2, false>(Rr, hw, acc, &sh);
-      const int32_t wr1 = wq[0][0], wr2 = wq[0][1];
-#pragma unroll
-      for (int k = 0; k < ISK_RING - 2; k++) {
-        wq[k][0] = wq[k + 1][0];
-        wq[k][1] = wq[k + 1][1];
-      }
-      wq[ISK_RING - 2][0] = wx_at(s + ISK_RING - 1, 1);
-      wq[ISK_RING - 2][1] = wx_at(s + ISK_RING - 1, 2);
-      qg_cell32_rgo ro;
-      qg_cell32_rg(&c32, 0, wr1, wr2, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
+      if (need_sh) isk_dots<KW, 2, 2, true>(Rw, hw, acc, &sh);
+      else isk_dots<KW, 2, 2, false>(Rw, hw, acc, &sh);
+      qg_cell32_rg(&c32, 0, w0, w1, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
                    (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro);
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
-      isk_bar_sync(1, nthr);   /* Z's z and old of this step */
+    }
+    isk_bar_sync(1, nthr);   /* publishes Z's z and old of this step to RG */
+    if (rg) {   /* RG: new h, its byte into the next plane, h and its codes and mask bits into xr */
       uint32_t mh;
       const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
       if (active) hb[((s + 1) & 1) * Hp + mu] = (int8_t)(h - baseH);
+      int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);
-      isk_bar_sync(0, nthr);
     }
+    isk_bar_sync(0, nthr);   /* publishes the new h plane and xr */
   }
+  if (rg || !active) return;
+  /* Z after the loop: the last step's stores, the padded steps, the last state */
+  if (Li > 0) {
+    const int32_t *x = xr + ((Li - 1) & 1) * 5 * HW + mu;
+    hprev = x[0];
+    store(Li - 1, x[0], zpre_p, x[HW], x[2 * HW], x[3 * HW], (uint32_t)x[4 * HW] | mz_p);
+  }
+  for (int s = Li; s < Ti; s++) {   /* padded steps (t = s): the state stays, y = 0 */
+    const int cell = s * h_row + hoff;
+    if (p.cell_out) {
+      uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+      z[0] = 0; z[1] = 0; z[2] = 0;
+    }
+    yb[s * y_row] = 0.0f;
+    if (p.hq) p.hq[cell + h_row] = hprev;
+  }
+  if (!p.hq) isk_h_at(p, T)[hoff] = hprev;
+  if (p.hn) p.hn[hoff] = (float)qg_deq(hprev, QH);
 }
 
 typedef void (*isk_kernel)(isk_params);
