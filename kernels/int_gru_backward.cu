@@ -531,10 +531,15 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
 enum { BV_WORDS = 10 };
 
 /* bar.sync (barrier.sync.aligned), which the warp roles reach from different instructions:
- * compute-sanitizer synccheck reports "divergent thread(s) in block" on it. The non-aligned form
- * (barrier.sync) passes synccheck but made the small-H kernels 9% slower (long-kws int8 inference
- * 0.623-0.633 ms against 0.570-0.575), and one noinline barrier function (one instruction for every
- * role) still failed synccheck and ran 33% slower (bench/gpu_runs/s18_barriers_h200_*.log). */
+ * compute-sanitizer synccheck reports "divergent thread(s) in block" on it (the 6 specs that run
+ * bwd_ws3_kernel; results, memcheck and racecheck are clean). Measured alternatives, none kept:
+ * the non-aligned form (barrier.sync) passed synccheck but made the small-H kernels 9% slower
+ * (long-kws int8 inference 0.623-0.633 ms against 0.570-0.575); one noinline barrier function
+ * still failed synccheck and ran 33% slower (bench/gpu_runs/s18_barriers_h200_*.log); session 19:
+ * all three roles in one loop (each wait one instruction, as int_gru_small_ws_kernel now has)
+ * passed synccheck and racecheck but took long-kws's backward from 0.63 to 0.75 ms
+ * (s19_roles_h200_ab2.log), and arrive / wait pairs between the roles passed synccheck but
+ * racecheck then reported hazards on 5 of the 6 specs, at 0.67 ms (s19_ws3_arrive_h200_*.log). */
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
