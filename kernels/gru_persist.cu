@@ -37,12 +37,8 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
   const FwdDir D = blockIdx.y ? a.d1 : a.d0;
   const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int group = blockIdx.x / K;
-  const int k0 = rank * Hk;
-  const int hk = min(Hk, H - k0);
-  const int n0 = group * NB;
-  const int rows = min(NB, N - n0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   const int H3k = 3 * Hk, NBHk = NB * Hk;
   float *Rs = sm;                       /* [H][3 Hk] */
   float *hb = Rs + (size_t)H * H3k;     /* [2][NB][H] */
@@ -60,27 +56,14 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
     hb[i] = (i < NB * H && b < rows && D.h0) ? D.h0[(int64_t)(n0 + b) * H + k] : 0.0f;
   }
 
-  /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk */
+  /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk, ring slot tid */
   const int pb = tid / Hk, pu = tid - (tid / Hk) * Hk;
   const bool pact = pb < rows && pu < hk;
-  const int pn = n0 + pb, pj = k0 + pu;
-  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
-  float bxz = 0, bxr = 0, bxg = 0, brz = 0, brr = 0, brg = 0;
-  /* step s's x W^T into ring slot s % PERSIST_PREFETCH (valid steps; one group per step) */
-  auto issue = [&](int s) {
-    if (s < L) {
-      const float *w = D.Wx + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * 3 * H + pj;
-      float *d = ring + ((s % PERSIST_PREFETCH) * NBHk + tid) * 3;
-      cp_async4(d, w); cp_async4(d + 1, w + H); cp_async4(d + 2, w + 2 * H);
-    }
-    cp_async_commit();
-  };
-  if (pact) {
-    bxz = D.bx[pj]; bxr = D.bx[H + pj]; bxg = D.bx[2 * H + pj];
-    brz = D.br[pj]; brr = D.br[H + pj]; brg = D.br[2 * H + pj];
-    D.hs[(int64_t)pn * H + pj] = D.h0 ? D.h0[(int64_t)pn * H + pj] : 0.0f;
-    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(q);
-  }
+  FwdUnit un = {};
+  un.pn = n0 + pb; un.pj = k0 + pu; un.slot = tid; un.NBHk = NBHk;
+  un.L = pact ? gru_row_len(a.len, un.pn, T) : 0;
+  const int pj = un.pj;
+  if (pact) fwd_unit_start(D, H, N, ring, un);
   /* matrix-vector role: unit mu, share ms of the k range (k = ms, ms + S, ...) */
   const int mu = tid % Hk, ms = tid / Hk;
   const bool mv = ms < S;
@@ -117,33 +100,8 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) fwd_persist_kernel(con
       const float *p = part + pb * Hk + pu;
       const float rz = sum_partials(p, S, 3 * NBHk), rr = sum_partials(p + NBHk, S, 3 * NBHk),
                   rg = sum_partials(p + 2 * NBHk, S, 3 * NBHk);
-      const float hp = hc[pb * H + pj];
-      float h;
-      cp_async_wait_step();
-      if (s < L) {
-        const int t = D.reverse ? L - 1 - s : s;
-        const float *w = ring + ((s % PERSIST_PREFETCH) * NBHk + tid) * 3;
-        float z, r, g, q;
-        h = gru_cell<OBS>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
-        D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = h;
-        if (TRAIN) {
-          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-          gp[0] = z; gp[H] = r; gp[2 * H] = g; gp[3 * H] = q;
-        }
-      } else {   /* padded: the state stays, y at time index s is 0 */
-        h = hp;
-        D.y[((int64_t)s * N + pn) * a.Hy + D.y_offset + pj] = 0.0f;
-        if (TRAIN) {
-          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-          gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f;
-        }
-      }
-      issue(s + PERSIST_PREFETCH - 1);   /* into the slot step s - 1 used */
-      D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = h;
-      float *dst = hb + ((s + 1) & 1) * NB * H + pb * H + pj;
-      if (K == 1) *dst = h;
-      else
-        for (int rk = 0; rk < K; rk++) *cl.map_shared_rank(dst, rk) = h;
+      const float h = fwd_unit_step<OBS>(a, D, ring, un, s, rz, rr, rg, hc[pb * H + pj], TRAIN);
+      cluster_store(cl, K, hb + ((s + 1) & 1) * NB * H + pb * H + pj, h);
     }
     cluster_barrier(K);
   }
@@ -153,14 +111,10 @@ template <int NB>
 __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(const BwdArgs a, const PCfg c) {
   extern __shared__ __align__(16) float sm[];
   const BwdDir D = blockIdx.y ? a.d1 : a.d0;
-  const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K, H3 = 3 * a.H;
+  const int H = a.H, T = a.T, Hk = c.Hk, S = c.S, K = c.K, H3 = 3 * a.H;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int group = blockIdx.x / K;
-  const int k0 = rank * Hk;
-  const int hk = min(Hk, H - k0);
-  const int n0 = group * NB;
-  const int rows = min(NB, N - n0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, a.N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   const int NBHk = NB * Hk;
   float *Rt = sm;                       /* [3H][Hk] */
   float *qb = Rt + (size_t)H3 * Hk;     /* [2][NB][3H] */
@@ -174,26 +128,14 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
   }
   for (int i = tid; i < 2 * NB * H3; i += nth) qb[i] = 0.0f;
 
+  /* (row, unit) role: thread tid < NB Hk is row tid / Hk, unit tid % Hk, ring slot tid */
   const int pb = tid / Hk, pu = tid - (tid / Hk) * Hk;
   const bool pact = pb < rows && pu < hk;
-  const int pn = n0 + pb, pj = k0 + pu;
-  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
-  float dh = 0.0f;
-  /* the saved values of step s (valid steps) into ring slot (T - 1 - s) % PERSIST_PREFETCH */
-  auto issue = [&](int s) {
-    if (s >= 0 && s < L) {
-      float *d = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + tid) * 6;
-      const float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-      cp_async4(d, gp); cp_async4(d + 1, gp + H); cp_async4(d + 2, gp + 2 * H); cp_async4(d + 3, gp + 3 * H);
-      cp_async4(d + 4, D.hs + ((int64_t)s * N + pn) * H + pj);
-      if (D.dy) cp_async4(d + 5, D.dy + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * a.Hy + D.y_offset + pj);
-    }
-    cp_async_commit();
-  };
-  if (pact) {
-    if (D.dhn) dh = D.dhn[(int64_t)pn * H + pj];
-    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(T - 1 - q);
-  }
+  BwdUnit un = {};
+  un.pn = n0 + pb; un.pj = k0 + pu; un.slot = tid; un.NBHk = NBHk;
+  un.L = pact ? gru_row_len(a.len, un.pn, T) : 0;
+  const int pn = un.pn, pj = un.pj;
+  float dh = pact ? bwd_unit_start(a, D, ring, un) : 0.0f;
   const int mu = tid % Hk, ms = tid / Hk;
   const bool mv = ms < S;
 
@@ -203,35 +145,11 @@ __global__ void __launch_bounds__(PERSIST_MAX_THREADS, 1) bwd_persist_kernel(con
     float *qc = qb + (s & 1) * NB * H3;
     float keep = 0.0f;
     if (pact) {
-      float dz = 0.0f, dr = 0.0f, dgr = 0.0f;
-      cp_async_wait_step();
-      if (s < L) {
-        const float *v = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + tid) * 6;
-        const float gz = v[0], gr = v[1], gg = v[2], gq = v[3], hp = v[4];
-        const int t = D.reverse ? L - 1 - s : s;
-        const float dht = D.dy ? dh + v[5] : dh;
-        float dg;
-        gru_cell_backward(gz, gr, gg, gq, hp, dht, dz, dr, dg, keep);
-        dgr = dg * gr;
-        float *dp = D.dp + ((int64_t)t * N + pn) * H3 + pj;
-        dp[0] = dz; dp[H] = dr; dp[2 * H] = dg;
-      } else {   /* padded: the state gradient passes through; no gate gradients */
-        keep = dh;
-        float *dp = D.dp + ((int64_t)s * N + pn) * H3 + pj;
-        dp[0] = 0.0f; dp[H] = 0.0f; dp[2 * H] = 0.0f;
-      }
-      issue(s - (PERSIST_PREFETCH - 1));   /* into the slot step s + 1 used */
-      float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
-      dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
-      float *dst = qc + pb * H3 + pj;
-      if (K == 1) {
-        dst[0] = dz; dst[H] = dr; dst[2 * H] = dgr;
-      } else {
-        for (int rk = 0; rk < K; rk++) {
-          float *p = cl.map_shared_rank(dst, rk);
-          p[0] = dz; p[H] = dr; p[2 * H] = dgr;
-        }
-      }
+      float dz, dr, dg, dgr;
+      int tp;
+      bwd_unit_cell(a, D, ring, un, s, dh, dz, dr, dg, dgr, keep, tp);
+      bwd_unit_store(a, D, ring, un, s, tp, dz, dr, dg, dgr);
+      cluster_store3(cl, K, qc + pb * H3 + pj, H, dz, dr, dgr);
     }
     cluster_barrier(K);
     if (mv) dq_rt_partials<NB>(part, Rt, qc, mu, ms, S, H3, Hk);

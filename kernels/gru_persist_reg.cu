@@ -20,12 +20,8 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
   const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K;
   const int Hp = S * KPT;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int group = blockIdx.x / K;
-  const int k0 = rank * Hk;
-  const int hk = min(Hk, H - k0);
-  const int n0 = group * NB;
-  const int rows = min(NB, N - n0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   const int NBHk = NB * Hk;
   float *hb = sm;                     /* [2][NB][Hp] */
   float *ring = hb + 2 * NB * Hp;     /* [PERSIST_PREFETCH][NB Hk][3] */
@@ -45,26 +41,14 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
     hb[i] = (i < NB * Hp && b < rows && k < H && D.h0) ? D.h0[(int64_t)(n0 + b) * H + k] : 0.0f;
   }
 
-  /* (row, unit) role: lane ms = pb of unit mu */
+  /* (row, unit) role: lane ms = pb of unit mu, ring slot pb Hk + mu */
   const int pb = ms;
   const bool pact = pb < NB && pb < rows && mu < hk;
-  const int pn = n0 + pb, pj = k0 + mu, pi = pb * Hk + mu;
-  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
-  float bxz = 0, bxr = 0, bxg = 0, brz = 0, brr = 0, brg = 0;
-  auto issue = [&](int s) {
-    if (s < L) {
-      const float *w = D.Wx + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * 3 * H + pj;
-      float *d = ring + ((s % PERSIST_PREFETCH) * NBHk + pi) * 3;
-      cp_async4(d, w); cp_async4(d + 1, w + H); cp_async4(d + 2, w + 2 * H);
-    }
-    cp_async_commit();
-  };
-  if (pact) {
-    bxz = D.bx[pj]; bxr = D.bx[H + pj]; bxg = D.bx[2 * H + pj];
-    brz = D.br[pj]; brr = D.br[H + pj]; brg = D.br[2 * H + pj];
-    D.hs[(int64_t)pn * H + pj] = D.h0 ? D.h0[(int64_t)pn * H + pj] : 0.0f;
-    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(q);
-  }
+  FwdUnit un = {};
+  un.pn = n0 + pb; un.pj = k0 + mu; un.slot = pb * Hk + mu; un.NBHk = NBHk;
+  un.L = pact ? gru_row_len(a.len, un.pn, T) : 0;
+  const int pj = un.pj;
+  if (pact) fwd_unit_start(D, H, N, ring, un);
 
   cluster_barrier(K);
 
@@ -104,33 +88,8 @@ __global__ void __launch_bounds__(persist_reg_threads(3 * KPT), 1) fwd_reg_kerne
 #pragma unroll
       for (int b = 1; b < NB; b++)
         if (pb == b) { rz = acc[b]; rr = acc[NB + b]; rg = acc[2 * NB + b]; }
-      const float hp = hc[pb * Hp + pj];
-      float h;
-      cp_async_wait_step();
-      if (s < L) {
-        const int t = D.reverse ? L - 1 - s : s;
-        const float *w = ring + ((s % PERSIST_PREFETCH) * NBHk + pi) * 3;
-        float z, r, g, q;
-        h = gru_cell<false>(w[0], w[1], w[2], rz, rr, rg, bxz, bxr, bxg, brz, brr, brg, hp, z, r, g, q, a.range, a.counts);
-        D.y[((int64_t)t * N + pn) * a.Hy + D.y_offset + pj] = h;
-        if (D.gates) {
-          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-          gp[0] = z; gp[H] = r; gp[2 * H] = g; gp[3 * H] = q;
-        }
-      } else {   /* padded: the state stays, y at time index s is 0 */
-        h = hp;
-        D.y[((int64_t)s * N + pn) * a.Hy + D.y_offset + pj] = 0.0f;
-        if (D.gates) {
-          float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-          gp[0] = 0.0f; gp[H] = 0.0f; gp[2 * H] = 0.0f; gp[3 * H] = 0.0f;
-        }
-      }
-      issue(s + PERSIST_PREFETCH - 1);
-      D.hs[((int64_t)(s + 1) * N + pn) * H + pj] = h;
-      float *dst = hb + ((s + 1) & 1) * NB * Hp + pb * Hp + pj;
-      if (K == 1) *dst = h;
-      else
-        for (int rk = 0; rk < K; rk++) *cl.map_shared_rank(dst, rk) = h;
+      const float h = fwd_unit_step<false>(a, D, ring, un, s, rz, rr, rg, hc[pb * Hp + pj], D.gates != NULL);
+      cluster_store(cl, K, hb + ((s + 1) & 1) * NB * Hp + pb * Hp + pj, h);
     }
     cluster_barrier(K);
   }
@@ -143,12 +102,8 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   const int H = a.H, N = a.N, T = a.T, Hk = c.Hk, S = c.S, K = c.K, H3 = 3 * a.H;
   const int Jp = S * KPT;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int group = blockIdx.x / K;
-  const int k0 = rank * Hk;
-  const int hk = min(Hk, H - k0);
-  const int n0 = group * NB;
-  const int rows = min(NB, N - n0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   const int NBHk = NB * Hk;
   float *qb = sm;                     /* [2][NB][Jp] */
   float *ring = qb + 2 * NB * Jp;     /* [PERSIST_PREFETCH][NB Hk][6] */
@@ -163,25 +118,14 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   }
   for (int i = tid; i < 2 * NB * Jp; i += nth) qb[i] = 0.0f;
 
+  /* (row, unit) role: lane ms = pb of unit mu, ring slot pb Hk + mu */
   const int pb = ms;
   const bool pact = pb < NB && pb < rows && mu < hk;
-  const int pn = n0 + pb, pj = k0 + mu, pi = pb * Hk + mu;
-  const int L = pact ? gru_row_len(a.len, pn, T) : 0;
-  float dh = 0.0f;
-  auto issue = [&](int s) {
-    if (s >= 0 && s < L) {
-      float *d = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + pi) * 6;
-      const float *gp = D.gates + ((int64_t)s * N + pn) * 4 * H + pj;
-      cp_async4(d, gp); cp_async4(d + 1, gp + H); cp_async4(d + 2, gp + 2 * H); cp_async4(d + 3, gp + 3 * H);
-      cp_async4(d + 4, D.hs + ((int64_t)s * N + pn) * H + pj);
-      if (D.dy) cp_async4(d + 5, D.dy + ((int64_t)(D.reverse ? L - 1 - s : s) * N + pn) * a.Hy + D.y_offset + pj);
-    }
-    cp_async_commit();
-  };
-  if (pact) {
-    if (D.dhn) dh = D.dhn[(int64_t)pn * H + pj];
-    for (int q = 0; q < PERSIST_PREFETCH - 1; q++) issue(T - 1 - q);
-  }
+  BwdUnit un = {};
+  un.pn = n0 + pb; un.pj = k0 + mu; un.slot = pb * Hk + mu; un.NBHk = NBHk;
+  un.L = pact ? gru_row_len(a.len, un.pn, T) : 0;
+  const int pn = un.pn, pj = un.pj;
+  float dh = pact ? bwd_unit_start(a, D, ring, un) : 0.0f;
 
   cluster_barrier(K);
 
@@ -190,26 +134,8 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
     float keep = 0.0f, dz = 0.0f, dr = 0.0f, dg = 0.0f, dgr = 0.0f;
     int tp = s;   /* the time index of dp's row */
     if (pact) {
-      cp_async_wait_step();
-      if (s < L) {
-        const float *v = ring + (((T - 1 - s) % PERSIST_PREFETCH) * NBHk + pi) * 6;
-        const float gz = v[0], gr = v[1], gg = v[2], gq = v[3], hp = v[4];
-        tp = D.reverse ? L - 1 - s : s;
-        const float dht = D.dy ? dh + v[5] : dh;
-        gru_cell_backward(gz, gr, gg, gq, hp, dht, dz, dr, dg, keep);
-        dgr = dg * gr;
-      } else {   /* padded: the state gradient passes through; no gate gradients */
-        keep = dh;
-      }
-      float *dst = qc + pb * Jp + pj;
-      if (K == 1) {
-        dst[0] = dz; dst[H] = dr; dst[2 * H] = dgr;
-      } else {
-        for (int rk = 0; rk < K; rk++) {
-          float *p = cl.map_shared_rank(dst, rk);
-          p[0] = dz; p[H] = dr; p[2 * H] = dgr;
-        }
-      }
+      bwd_unit_cell(a, D, ring, un, s, dh, dz, dr, dg, dgr, keep, tp);
+      cluster_store3(cl, K, qc + pb * Jp + pj, H, dz, dr, dgr);
     }
     cluster_barrier(K);
     const float *qr = qc + ms * KPT;
@@ -219,13 +145,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
     for (int v = 0; v < PV; v++)
 #pragma unroll
       for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(qr + b * Jp + 4 * v);
-    if (pact) {   /* off the dependent chain: step s's dp and dq, the prefetch into the slot step s + 1 used */
-      float *dp = D.dp + ((int64_t)tp * N + pn) * H3 + pj;
-      dp[0] = dz; dp[H] = dr; dp[2 * H] = dg;
-      issue(s - (PERSIST_PREFETCH - 1));
-      float *dq = D.dq + ((int64_t)s * N + pn) * H3 + pj;
-      dq[0] = dz; dq[H] = dr; dq[2 * H] = dgr;
-    }
+    if (pact) bwd_unit_store(a, D, ring, un, s, tp, dz, dr, dg, dgr);   /* off the dependent chain: step s's dp and dq, the prefetch */
     /* dh = keep + (dq R^T) for this lane's row, on every lane (the sums are collective) */
     const float sum = dq_rt_reg<NB, KPT, PV>(Rr, pre, qr, Jp, S, pb);
     if (pact) dh = keep + sum;

@@ -167,9 +167,8 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   extern __shared__ __align__(16) float sm[];
   const int H = (int)p.H, H3 = 3 * H, N = (int)p.N, T = (int)p.T, Hk = c.Hk, S = c.S, K = c.K;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int n0 = (blockIdx.x / K) * NB, rows = min(NB, N - n0);
-  const int k0 = rank * Hk, hk = min(Hk, H - k0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   const int NBHk = NB * Hk;
   float *Rt = sm;                            /* [3H][Hk] */
   float *qb = Rt + (size_t)H3 * Hk;          /* [2][NB][3H] */
@@ -210,15 +209,7 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
         keep = dh;
       }
       load_step(p, s - 1, pn, pi, L, in);   /* the next step's inputs, in flight across the barrier */
-      float *dst = qc + pb * H3 + pi;
-      if (K == 1) {
-        dst[0] = dq3[0]; dst[H] = dq3[1]; dst[2 * H] = dq3[2];
-      } else {
-        for (int rk = 0; rk < K; rk++) {
-          float *q = cl.map_shared_rank(dst, rk);
-          q[0] = dq3[0]; q[H] = dq3[1]; q[2 * H] = dq3[2];
-        }
-      }
+      cluster_store3(cl, K, qc + pb * H3 + pi, H, dq3[0], dq3[1], dq3[2]);
     }
     cluster_barrier(K);
     if (mv) dq_rt_partials<NB>(part, Rt, qc, mu, ms, S, H3, Hk);
@@ -274,9 +265,8 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   extern __shared__ __align__(16) float sm[];
   const int H = (int)p.H, H3 = 3 * H, N = (int)p.N, T = (int)p.T, Hk = c.Hk, S = c.S, K = c.K, Jp = c.S * KPT;
   cg::cluster_group cl = cg::this_cluster();
-  const int rank = K > 1 ? (int)cl.block_rank() : 0;
-  const int n0 = (blockIdx.x / K) * NB, rows = min(NB, N - n0);
-  const int k0 = rank * Hk, hk = min(Hk, H - k0);
+  const PBlock pbk = persist_block(cl, K, Hk, NB, H, N);
+  const int k0 = pbk.k0, hk = pbk.hk, n0 = pbk.n0, rows = pbk.rows;
   float *qb = sm;   /* [2][NB][Jp] */
   const int tid = threadIdx.x, nth = blockDim.x;
   const int ms = tid % S, mu = tid / S;
@@ -319,15 +309,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
       } else {   /* padded: the state gradient passes through */
         keep = dh;
       }
-      float *dst = qc + pb * Jp + pi;
-      if (K == 1) {
-        dst[0] = dq3[0]; dst[H] = dq3[1]; dst[2 * H] = dq3[2];
-      } else {
-        for (int rk = 0; rk < K; rk++) {
-          float *q = cl.map_shared_rank(dst, rk);
-          q[0] = dq3[0]; q[H] = dq3[1]; q[2 * H] = dq3[2];
-        }
-      }
+      cluster_store3(cl, K, qc + pb * Jp + pi, H, dq3[0], dq3[1], dq3[2]);
     }
     cluster_barrier(K);
     /* the first of this step's dq words into registers, then the work off the dependent chain */
