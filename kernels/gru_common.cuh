@@ -123,6 +123,9 @@ struct PCfg {
 __host__ __device__ constexpr int persist_reg_threads(int rregs) { return rregs <= 48 ? PERSIST_MAX_THREADS : 256; }
 /* The register-variant kernel for (backward?, rows per cluster, KPT), or NULL if not instantiated. */
 const void *persist_reg_kernel(int bwd, int NB, int KPT);
+/* Per kernel and device, once: a persistent cluster kernel's shared-memory opt-in and non-portable
+ * cluster size (kernels/gru_persist.cu). */
+qg_status persist_prepare_kernel(qg_ctx *ctx, const char *fn, const void *f);
 
 /* The best configuration for this shape (1), or none fits (0). *est_us: estimated time of the
  * recurrence. bwd: the backward recurrence; observe: the forward with the statistics observer. */

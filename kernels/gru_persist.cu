@@ -183,16 +183,18 @@ static const void *bwd_kernel(int NB) {
   return NULL;
 }
 
-/* Per kernel and device, once: the shared-memory opt-in and the non-portable cluster size. The
- * memo (and the one below) holds device properties only, never call state. */
-static qg_status prepare_kernel(qg_ctx *ctx, const char *fn, const void *f) {
-  static struct { const void *f; int dev; } done[64];
+/* Per kernel and device, once: the shared-memory opt-in and the non-portable cluster size (every
+ * persistent cluster kernel: these and the integer STE backward's). The memo (and the one below)
+ * holds device properties only, never call state. */
+qg_status persist_prepare_kernel(qg_ctx *ctx, const char *fn, const void *f) {
+  enum { MEMO = 256 };   /* more than the instantiated persistent kernels (past it: set again each call, harmless) */
+  static struct { const void *f; int dev; } done[MEMO];
   static int ndone = 0;
   for (int i = 0; i < ndone; i++)
     if (done[i].f == f && done[i].dev == ctx->device_index) return QG_OK;
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, ctx->smem_optin));
   QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  if (ndone < 64) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
+  if (ndone < MEMO) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
   return QG_OK;
 }
 
@@ -223,7 +225,7 @@ static int cluster_slots(qg_ctx *ctx, const void *f, const PCfg &c) {
         memo[i].threads == c.threads)
       return memo[i].n;
   int n = 0;
-  if (prepare_kernel(ctx, "qg_gru", f) == QG_OK) {
+  if (persist_prepare_kernel(ctx, "qg_gru", f) == QG_OK) {
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t lc = launch_config(ctx, c, 1, at);
     if (cudaOccupancyMaxActiveClusters(&n, f, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
@@ -406,7 +408,7 @@ static int persist_pick_uncached(qg_ctx *ctx, int bwd, int T, int N, int H, int 
 }
 
 static qg_status launch(qg_ctx *ctx, const char *fn, const void *f, const PCfg &c, int ndirs, void **args) {
-  QG_CHECK(prepare_kernel(ctx, fn, f));
+  QG_CHECK(persist_prepare_kernel(ctx, fn, f));
   cudaLaunchAttribute at[1];
   cudaLaunchConfig_t lc = launch_config(ctx, c, ndirs, at);
   QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelExC(&lc, f, args));

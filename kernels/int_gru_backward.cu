@@ -700,18 +700,6 @@ static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t
   return waves * (1.3 * mv + red + cell + sync + 300.0) / 1750.0;
 }
 
-/* Per kernel and device, once: the shared-memory opt-in and the non-portable cluster size. */
-static qg_status bp_prepare(qg_ctx *ctx, const char *fn, bp_kernel f) {
-  static struct { bp_kernel f; int dev; } done[64];
-  static int ndone = 0;
-  for (int i = 0; i < ndone; i++)
-    if (done[i].f == f && done[i].dev == ctx->device_index) return QG_OK;
-  QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, ctx->smem_optin));
-  QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  if (ndone < 64) { done[ndone].f = f; done[ndone].dev = ctx->device_index; ndone++; }
-  return QG_OK;
-}
-
 /* The configuration with the best estimate that the device can place (*found = 1), or none. */
 static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int64_t H, bp_plan *out, double *step_us, int *found) {
   *found = 0;
@@ -798,7 +786,7 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
     const bp_kernel f = bp_kernel_for(cand[i].NB, cand[i].KPT, cand[i].WS);
     int64_t slots = ctx->sm_count;
     if (cand[i].K > 1) {
-      QG_CHECK(bp_prepare(ctx, fn, f));
+      QG_CHECK(persist_prepare_kernel(ctx, fn, (const void *)f));
       cudaLaunchAttribute at[1];
       cudaLaunchConfig_t lc = bp_launch_config(ctx, cand[i], at);
       int n = 0;
@@ -1594,7 +1582,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   bp.bsum = persistent && pc.WS ? part : NULL;
   if (persistent) {
     const bp_kernel f = bp_kernel_for(pc.NB, pc.KPT, pc.WS);
-    QG_CHECK(bp_prepare(ctx, fn, f));
+    QG_CHECK(persist_prepare_kernel(ctx, fn, (const void *)f));
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t lc = bp_launch_config(ctx, pc, at);
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, f, bp, pc, dh));
