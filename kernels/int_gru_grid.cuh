@@ -64,7 +64,10 @@
  * hazards, as it does on a probe whose order is plain (bench/racecheck_named_probe.cu); memcheck
  * and synccheck are clean. The same roles on mbarriers, which racecheck follows on a probe
  * (bench/racecheck_mbarrier_probe.cu), ran 5% slower and racecheck then reported the h copy's
- * cp.async writes (bench/cuda_int_gru.md, "ping-pong"). */
+ * cp.async writes (bench/cuda_int_gru.md, "ping-pong"). Session 19: the tiles' barrier a bar.sync
+ * in both roles with the buffer-free barrier dropped (then implied by the other half's tiles
+ * barrier) ran as fast and passed the specs, but racecheck still reported hazards on the 6 grid
+ * specs and synccheck then failed them (bench/gpu_runs/s19_grid_syncT_h200_*.log). */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
