@@ -74,9 +74,6 @@ struct FwdUnit {
   int pn, pj, L, slot, NBHk;
   float bxz, bxr, bxg, brz, brr, brg;
 };
-/* The unit's biases, h_0 into hs[0], and the first PERSIST_PREFETCH - 1 steps' x W^T in flight
- * (an active thread only). */
-__device__ __forceinline__ void fwd_unit_start(const FwdDir &D, int H, int N, float *ring, FwdUnit &u);
 /* step s's x W^T (valid steps) into ring slot s % PERSIST_PREFETCH; one group per step */
 __device__ __forceinline__ void fwd_unit_issue(const FwdDir &D, int H, int N, float *ring, const FwdUnit &u, int s) {
   if (s < u.L) {
@@ -86,6 +83,8 @@ __device__ __forceinline__ void fwd_unit_issue(const FwdDir &D, int H, int N, fl
   }
   cp_async_commit();
 }
+/* The unit's biases, h_0 into hs[0], and the first PERSIST_PREFETCH - 1 steps' x W^T in flight
+ * (an active thread only). */
 __device__ __forceinline__ void fwd_unit_start(const FwdDir &D, int H, int N, float *ring, FwdUnit &u) {
   u.bxz = D.bx[u.pj]; u.bxr = D.bx[H + u.pj]; u.bxg = D.bx[2 * H + u.pj];
   u.brz = D.br[u.pj]; u.brr = D.br[H + u.pj]; u.brg = D.br[2 * H + u.pj];
