@@ -22,13 +22,14 @@
  *      read) has written the half's rows of step s's h plane: one arrival counter per (batch
  *      group, half) in global memory, monotonic over the launch, which the cell warps' last
  *      barrier plus one thread's red.release.gpu advance and one product thread polls with an
- *      acquire load before the product warps' barrier;
+ *      acquire load before its arrival on the half's "buffer free" mbarrier (below: the roles'
+ *      mbarriers);
  *   2. copy the half's rows of the h plane (all K) from L2 into the half's buffer with cp.async
  *      in TG_KQ groups and run R h on mma.sync m16n8k32 (ldmatrix fragments) as each group lands
  *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
  *      codes for the zero-point term from the same B fragments (__dp4a);
  *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
- *      the cell warps (named barrier TG_BAR_T + x: the product warps arrive, the cell warps wait);
+ *      the cell warps ("tiles ready");
  *   the cell warps
  *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
  *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
@@ -39,7 +40,7 @@
  *      dependent chains interleave; the activation tables sit in shared memory where they fit
  *      (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
  * A half's buffer takes the next copy only after the cell warps have signalled that they read its
- * tiles (named barrier TG_BAR_F + x; the group's arrival counter implies it as well).
+ * tiles ("buffer free"; the group's arrival counter implies it as well).
  * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
  * the plane products in rows of wx_ld int32, to which the cell warps add the zero-point terms
  * bconst + offW SX[tn] (mod 2^32, the values wx_gemm_kernel's acc_out epilogue writes); else
@@ -53,27 +54,34 @@
  */
 
 /* Warp roles (see the header): warps 0-7 (TG_PT threads) run the h copies and R h, warps 8-15 the
- * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Named barriers:
- * TG_BAR_P among the product warps, TG_BAR_C among the cell warps, TG_BAR_T + x: half x's tiles
- * ready (the product warps arrive, the cell warps wait), TG_BAR_F + x: half x's buffer free again
- * (the cell warps arrive once they have read its tiles, the product warps wait before the next
- * copy into it; the group's arrival counter implies it too, through global memory). Between the
- * roles one side arrives and the other waits (bar.arrive / bar.sync): synccheck rejects a bar.sync
- * that the two roles reach at different places. compute-sanitizer's racecheck does not follow
- * barriers with a thread count (bar.sync id, n): it reports the tiles' ordered writes and reads as
- * hazards, as it does on a probe whose order is plain (bench/racecheck_named_probe.cu); memcheck
- * and synccheck are clean. The same roles on mbarriers, which racecheck follows on a probe
- * (bench/racecheck_mbarrier_probe.cu), ran 5% slower and racecheck then reported the h copy's
- * cp.async writes (bench/cuda_int_gru.md, "ping-pong"). Session 19: the tiles' barrier a bar.sync
- * in both roles with the buffer-free barrier dropped (then implied by the other half's tiles
- * barrier) ran as fast and passed the specs, but racecheck still reported hazards on the 6 grid
- * specs and synccheck then failed them (bench/gpu_runs/s19_grid_syncT_h200_*.log). */
+ * cells; each batch half x (TG_HALF rows) has its own arrival counter and h buffer. Every order
+ * of shared-memory accesses between threads is an mbarrier on which each accessing thread
+ * arrives itself:
+ *   mb_full[x][q]  group q of half x's h copy landed (each product thread's
+ *                  cp.async.mbarrier.arrive: it arrives once the thread's copies have landed);
+ *   mb_prod        every product warp done with the h buffer, which then becomes the tiles;
+ *   mb_pair[k][m]  K group k's pass-0 tile stores done, before K group k + 2 adds (32 arrivals:
+ *                  the storing warp; only the adding warp waits);
+ *   mb_tiles[x]    the half's tiles and row sums ready (product threads arrive, cells wait);
+ *   mb_free[x]     the half's tiles read (the cell threads arrive, and the product thread that
+ *                  polled the group's arrival counter: 257 arrivals); the product threads wait
+ *                  before the next copy into the buffer.
+ * The cell warps' own barrier before the group's arrival (TG_BAR_C) orders global stores only, so
+ * it stays a named barrier. Why mbarriers with one arrival per thread: compute-sanitizer's
+ * racecheck follows them (cp.async's completion through cp.async.mbarrier.arrive included); it
+ * does not follow named barriers with a thread count (bar.sync id, n), which this kernel used up
+ * to session 19 (hazards on every grid spec; bench/racecheck_named_probe.cu), nor an arrival per
+ * warp after __syncwarp (pp10; bench/racecheck_async_probe.cu, modes 3 and 4 against 0-2). The
+ * cost (bench/cuda_int_gru.md, "racecheck-clean grid kernel"): inference at large 1.09 -> 1.14
+ * ms, the training forward 1.36 -> 1.33. Measured and not kept there: the h copy as bulk copies
+ * (TMA, one row a lane: 1.29 ms), the cells' barrier with one waiting thread (1.46 ms), one copy
+ * group (training forward 1.40 ms). */
 /* TG_SKIP (timing experiments only, never in a build that is used: results are wrong): 2 leaves
  * out the products, 3 the cells (bench/cuda_int_gru.md, "ping-pong"). */
 #ifndef TG_SKIP
 #define TG_SKIP 0
 #endif
-enum { TG_KQ = 2, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_P = 1, TG_BAR_C = 2, TG_BAR_T = 3, TG_BAR_F = 5 };
+enum { TG_KQ = 2, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_C = 2 };
 
 struct tg_params {
   ts_params t;
@@ -112,8 +120,30 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
 __device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+/* mbarriers in shared memory (arrive: release, wait: acquire, both at CTA scope) */
+__device__ __forceinline__ void mb_init(uint64_t *m, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint64_t *m) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)) : "memory");
+}
+/* wait until the phase of the given parity has completed */
+__device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(m);
+  uint32_t done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                 : "=r"(done)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+/* an arrival on *m once every cp.async this thread has issued so far has landed (counted in the
+ * mbarrier's expected arrivals: .noinc) */
+__device__ __forceinline__ void cp_async_mb_arrive(uint64_t *m) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)) : "memory");
+}
 
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
@@ -125,6 +155,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
    * live across the step (the training variant is at the register limit) */
   __shared__ uint32_t wzs[SAVE ? 12 * TS_U : 1];
   __shared__ int32_t lens[TS_N];                     /* the rows' valid steps */
+  /* the roles' mbarriers (the comment above tg_params): every participating thread arrives */
+  __shared__ uint64_t mb_full[2 * TG_KQ], mb_tiles[2], mb_free[2], mb_prod, mb_pair[4];
   const ts_params &p = gp.t;
   const rec_common &c = p.c;
   const int64_t H = c.H, N = c.N, T = c.T, Kp = p.Kp, Np = p.Np;
@@ -163,8 +195,17 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       wzs[6 * TS_U + e] = ok ? (uint32_t)(k < 3 ? p.rconst[j] : p.roff[j]) : 0u;
       wzs[e] = ok && fold ? (uint32_t)(k < 3 ? gp.wx_bc[j] : gp.wx_ow[j]) : 0u;
     }
+  if (tid == 0) {
+    for (int e = 0; e < 2 * TG_KQ; e++) mb_init(&mb_full[e], TG_PT);
+    for (int x = 0; x < 2; x++) {
+      mb_init(&mb_tiles[x], TG_PT);
+      mb_init(&mb_free[x], TG_PT + 1);   /* the cell threads and the product warps' poller */
+    }
+    mb_init(&mb_prod, TG_PT);
+    for (int e = 0; e < 4; e++) mb_init(&mb_pair[e], 32);
+  }
   cp_async_wait<0>();
-  __syncthreads();   /* R, Ps, the tables, the lengths, wzs */
+  __syncthreads();   /* R, Ps, the tables, the lengths, wzs, the mbarriers */
 
   if (tid < TG_PT) {
     /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
@@ -185,21 +226,23 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         int32_t *tile = (int32_t *)Hs;
         /* every block of the group has written the half's rows of step s's h plane (its cells of
          * step s - 1, which also read this buffer's tiles last) */
-        if (s > 0 && tid == 0) {
-          const int32_t want = (int32_t)(s * gridDim.x);
-          const int32_t *b = gp.bar + blockIdx.y * 2 + x;
-          while (ld_acquire_gpu(b) < want) {
+        if (s > 0) {
+          if (tid == 0) {   /* the acquire, then the arrival: the other threads' copies read after it */
+            const int32_t want = (int32_t)(s * gridDim.x);
+            const int32_t *b = gp.bar + blockIdx.y * 2 + x;
+            while (ld_acquire_gpu(b) < want) {
+            }
+            mb_arrive(&mb_free[x]);
           }
+          mb_wait(&mb_free[x], (int)((s - 1) & 1));   /* the group's h, and this block's cells have read the tiles */
         }
-        named_sync(TG_BAR_P, TG_PT);   /* the acquire, then this barrier: the other threads' copies read after it */
-        if (s > 0) named_sync(TG_BAR_F + x, TS_THREADS);   /* this block's cell warps have read the buffer's tiles */
         const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
         const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
         for (int q = 0; q < TG_KQ; q++) {
           const int b0 = (q * nks / TG_KQ) * 32, b1 = ((q + 1) * nks / TG_KQ) * 32;   /* the group's bytes of a row */
           for (int b = b0; b + ccol < b1; b += 128) cp_async16_s(Hd + b, Hg + b);
-          cp_async_commit();
+          cp_async_mb_arrive(&mb_full[x * TG_KQ + q]);   /* arrives once this thread's copies so far have landed */
         }
         int32_t acc[3][4][4];
 #pragma unroll
@@ -211,11 +254,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         int32_t rs[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int q = 0; q < TG_KQ; q++) {
-          if (q == 0) cp_async_wait<TG_KQ - 1>();
-          else if (q == 1) cp_async_wait<TG_KQ - 2>();
-          else if (q == 2) cp_async_wait<TG_KQ - 3>();
-          else cp_async_wait<0>();
-          named_sync(TG_BAR_P, TG_PT);   /* group q landed for every product thread */
+          mb_wait(&mb_full[x * TG_KQ + q], (int)(s & 1));   /* group q landed for every product thread */
           const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
           for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
         }
@@ -228,10 +267,12 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             if (tq == 0) rsum[x][kg][nt * 8 + g] = v;
           }
         }
-        named_sync(TG_BAR_P, TG_PT);   /* every product done: the h buffer becomes the tiles */
+        mb_arrive(&mb_prod);   /* every product done: the h buffer becomes the tiles; */
+        mb_wait(&mb_prod, x);  /* one phase per (step, half): 2 s + x */
         /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
         for (int pass = 0; pass < 2; pass++) {
           if ((kg >> 1) == pass) {
+            if (pass == 1) mb_wait(&mb_pair[(kg & 1) * 2 + wm], x);   /* the pair's pass-0 warp stored (phase 2 s + x) */
             int32_t *tl = tile + (kg & 1) * TG_HALF * TS_ALD;
 #pragma unroll
             for (int mt = 0; mt < 3; mt++)
@@ -244,10 +285,9 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
                   else tl[col * TS_ALD + row] += acc[mt][nt][e];
                 }
           }
-          if (pass == 0) named_sync(TG_BAR_P, TG_PT);
+          if (pass == 0 && (kg >> 1) == 0) mb_arrive(&mb_pair[(kg & 1) * 2 + wm]);
         }
-        __threadfence_block();
-        named_arrive(TG_BAR_T + x, TS_THREADS);   /* the half's tiles and row sums are ready */
+        mb_arrive(&mb_tiles[x]);   /* the half's tiles and row sums are ready */
       }
     }
     return;
@@ -316,7 +356,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     int32_t *hsave = SAVE ? c.hq + (s + 1) * N * H : NULL;
     for (int x = 0; x < 2; x++) {
       const int32_t *tile = (const int32_t *)hbuf(x);
-      named_sync(TG_BAR_T + x, TS_THREADS);   /* the half's tiles of step s */
+      mb_wait(&mb_tiles[x], (int)(s & 1));   /* the half's tiles of step s */
       /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
       if (fold)
 #pragma unroll
@@ -407,7 +447,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           php[x][q] = hnew;
         }
       }
-      if (s + 1 < T) named_arrive(TG_BAR_F + x, TS_THREADS);   /* the half's tiles and row sums are read */
+      if (s + 1 < T) mb_arrive(&mb_free[x]);   /* the half's tiles and row sums are read */
 #pragma unroll
       for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
         const int64_t n = n0 + row_of(x, q);
@@ -418,7 +458,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
       }
       if (s + 1 < T) {
-        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (and its tiles read) */
+        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (it orders global stores only) */
         if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
       }
     }
