@@ -90,6 +90,7 @@
 #include "cuda_common.cuh"
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
+#include "mbarrier.cuh"   /* tc_grid_kernel's roles */
 #include "stats.cuh"
 #include "wx_gemm.cuh"
 #include "../core/int_gru.h"

@@ -120,30 +120,7 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
 __device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-/* mbarriers in shared memory (arrive: release, wait: acquire, both at CTA scope) */
-__device__ __forceinline__ void mb_init(uint64_t *m, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mb_arrive(uint64_t *m) {
-  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)) : "memory");
-}
-/* wait until the phase of the given parity has completed */
-__device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
-  const uint32_t a = (uint32_t)__cvta_generic_to_shared(m);
-  uint32_t done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
-                 : "=r"(done)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-/* an arrival on *m once every cp.async this thread has issued so far has landed (counted in the
- * mbarrier's expected arrivals: .noinc) */
-__device__ __forceinline__ void cp_async_mb_arrive(uint64_t *m) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)) : "memory");
-}
 
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
