@@ -82,6 +82,8 @@
 #define TG_SKIP 0
 #endif
 enum { TG_KQ = 2, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_C = 2 };
+static_assert(TS_THREADS - TG_PT == TG_PT && TG_HALF == 32,
+              "mb_free counts TG_PT cell threads; the h copy (8 threads a row) and R h (4 n8 tiles) take 32 rows a half");
 
 struct tg_params {
   ts_params t;
