@@ -17,17 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include "../kernels/mbarrier.cuh"   /* mb_init, mb_arrive, mb_wait: the library's */
 __device__ __forceinline__ uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mb_init(uint64_t *m, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(m)), "r"(n) : "memory"); }
-__device__ __forceinline__ void mb_arrive(uint64_t *m) { asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(sa(m)) : "memory"); }
 __device__ __forceinline__ void mb_expect_tx(uint64_t *m, int bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(sa(m)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
-  uint32_t done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(sa(m)), "r"(parity) : "memory");
-  } while (!done);
 }
 // arrive: every thread (per_warp 0) or lane 0 after __syncwarp (per_warp 1)
 __device__ __forceinline__ void arrive(uint64_t *m, bool per_warp) {
@@ -67,7 +60,7 @@ __global__ void k(int mode, int iters, const int *src, int *out) {
       } else {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(&buf[x][4 * tid])), "l"(g + 4 * tid) : "memory");
         if (mode == 1) {
-          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&mc[x])) : "memory");
+          cp_async_mb_arrive(&mc[x]);
         } else {
           asm volatile("cp.async.wait_all;" ::: "memory");
           arrive(&mc[x], pw);

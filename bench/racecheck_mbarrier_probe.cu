@@ -9,15 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
-__device__ __forceinline__ uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mb_init(uint64_t *m, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(m)), "r"(n) : "memory"); }
-__device__ __forceinline__ void mb_arrive(uint64_t *m) { asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(sa(m)) : "memory"); }
-__device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
-  uint32_t done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(sa(m)), "r"(parity) : "memory");
-  } while (!done);
-}
+#include "../kernels/mbarrier.cuh"   /* mb_init, mb_arrive, mb_wait: the library's */
 __global__ void k(int mode, int iters, int *out) {
   __shared__ int buf[2][256];
   __shared__ uint64_t mp, mt[2], mf[2];
