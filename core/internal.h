@@ -13,6 +13,10 @@
 extern "C" {
 #endif
 
+/* The CUDA context's streams beyond the main and aux ones (kernels/device.cu): one, the side
+ * stream of the STE backward's per-step loop (kernels/int_gru_backward.cu, step_loop). */
+enum { QG_EXT_STREAMS = 1 };
+
 struct qg_ctx {
   int device;                 /* qg_device of this context (where new work goes by default) */
   int device_index;
@@ -25,10 +29,13 @@ struct qg_ctx {
   void *aux_stream;           /* CUDA: a second stream and cuBLAS handle, created with the context, on */
   void *aux_cublas;           /* which a bidirectional layer's second direction runs at the same time */
   void *ev_fork, *ev_join;    /* events (timing off) that order the aux stream after / before the main one */
+  void *ext_stream[QG_EXT_STREAMS];   /* CUDA: more streams, each with a cuBLAS handle, created with the */
+  void *ext_cublas[QG_EXT_STREAMS];   /* context (the last one at the device's least priority) */
+  void *ev_mark[2 + QG_EXT_STREAMS];  /* one event (timing off) per stream: main, aux, ext[0..]: cross-stream orders */
   void *ev_timer[2];          /* CUDA: the events of qg_ctx_timer_start / _stop (timing on) */
   int timer_started;          /* qg_ctx_timer_start was called since the last stop */
   double timer_t0;            /* CPU: the wall clock at qg_ctx_timer_start */
-  void *blas_ws[2];           /* the cuBLAS workspaces of the main and aux handles */
+  void *blas_ws[2 + QG_EXT_STREAMS];   /* the cuBLAS workspaces of the main, aux and ext handles */
   void *gru_graphs;           /* CUDA: the float GRU's cache of captured fallback loops (kernels/gru.cu) */
   void *lt_plans;             /* CUDA: the integer GRU's cuBLASLt W x plans by size (kernels/int_gru.cu) */
   int sm_count;               /* CUDA: multiprocessors of the device, and the opt-in shared memory per */

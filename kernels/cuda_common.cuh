@@ -23,6 +23,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/* 1: the context's streams at the device's greatest priority but the last ext stream (work
+ * overlapped with the critical path: the STE backward's dx chunks) at its least, and captured loops
+ * instantiated with their nodes' priorities; 0: every stream at the default priority. */
+#ifndef QGRU_STREAM_PRIORITY
+#define QGRU_STREAM_PRIORITY 1
+#endif
+
 static inline cudaStream_t qg_cuda_stream(const qg_ctx *ctx) { return (cudaStream_t)ctx->stream; }
 static inline cublasHandle_t qg_cuda_blas(const qg_ctx *ctx) { return (cublasHandle_t)ctx->cublas; }
 
@@ -57,7 +64,7 @@ static inline unsigned qg_cuda_blocks(int64_t n, int d) { return (unsigned)((n +
  * and launches that, later ones launch the graph. The key (at most QG_CUDA_GRAPH_KEY bytes, else
  * the body always runs directly) must hold everything the captured work depends on: every pointer,
  * size and kernel argument, the math mode; a caller's keys begin with a tag of its own. */
-enum { QG_CUDA_GRAPH_KEY = 1024 };
+enum { QG_CUDA_GRAPH_KEY = 1536 };
 extern "C" qg_status qg_cuda_graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t keylen, qg_status (*body)(void *),
                                      void *arg);
 

@@ -7,10 +7,11 @@
  * (aux) stream with its own cuBLAS handle and two events, also created once per context, let a
  * bidirectional GRU layer run its two directions at the same time (kernels/gru.cu): the aux
  * stream waits for the main one (ev_fork) and the main one for the aux one (ev_join) within one
- * call, so callers only ever see the main stream. Two more events (timing on) serve
+ * call, so callers only ever see the main stream. QG_EXT_STREAMS more (with handles, and an event
+ * per stream, ev_mark) serve the integer GRU's STE backward (kernels/int_gru_backward.cu). Two more events (timing on) serve
  * qg_ctx_timer_start / _stop.
  */
-#include "../core/internal.h"
+#include "cuda_common.cuh"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -38,43 +39,44 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
     return qg_fail(ctx, QG_ERR_ARG, "qg_ctx_create", "device index %d out of range [0, %d)", ctx->device_index, n);
   cudaError_t e = cudaSetDevice(ctx->device_index);
   if (e != cudaSuccess) return cuda_fail(ctx, "qg_ctx_create", e);
-  cudaStream_t stream;
-  e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) return cuda_fail(ctx, "qg_ctx_create", e);
-  cublasHandle_t handle;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
-    cudaStreamDestroy(stream);
-    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasCreate failed");
+  /* The streams: main (every call's), aux (a bidirectional layer's second direction, the STE
+   * backward's second row group), ext[0..] (the STE backward's work beside its recurrence), each
+   * with a cuBLAS handle and its own workspace, all created now so that nothing is created per call
+   * (a call may be captured into a CUDA graph, where allocation is not allowed). Priorities
+   * (QGRU_STREAM_PRIORITY, cuda_common.cuh): the last ext stream carries work off the critical path,
+   * at the device's least priority; the others at its greatest, so that the block scheduler serves
+   * the recurrence's kernels first (H200, large strict STE backward: 4.92 -> 4.74 ms with the side
+   * stream; bench/cuda_int_gru.md, session 21). */
+  int prio_lo = 0, prio_hi = 0;
+  if (QGRU_STREAM_PRIORITY && cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi) != cudaSuccess) {
+    (void)cudaGetLastError();
+    prio_lo = prio_hi = 0;
   }
-  cublasSetStream(handle, stream);
-  cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
-  ctx->stream = stream;
-  ctx->cublas = handle;
-  /* Each cuBLAS handle gets its own workspace now, so that no cuBLAS call allocates later (a call
-   * may be captured into a CUDA graph, where allocation is not allowed). */
-  e = cudaMalloc(&ctx->blas_ws[0], QG_BLAS_WORKSPACE);
-  if (e != cudaSuccess || cublasSetWorkspace(handle, ctx->blas_ws[0], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
-    qg_dev_ctx_fini(ctx);
-    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
-  }
-  /* The aux stream and handle (a bidirectional layer runs its second direction there), created
-   * once with the context so that nothing is created per call. */
-  cudaStream_t aux;
-  e = cudaStreamCreateWithFlags(&aux, cudaStreamNonBlocking);
-  if (e != cudaSuccess) { qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
-  ctx->aux_stream = aux;
-  cublasHandle_t aux_handle;
-  if (cublasCreate(&aux_handle) != CUBLAS_STATUS_SUCCESS) {
-    qg_dev_ctx_fini(ctx);
-    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasCreate failed (aux handle)");
-  }
-  cublasSetStream(aux_handle, aux);
-  cublasSetPointerMode(aux_handle, CUBLAS_POINTER_MODE_HOST);
-  ctx->aux_cublas = aux_handle;
-  e = cudaMalloc(&ctx->blas_ws[1], QG_BLAS_WORKSPACE);
-  if (e != cudaSuccess || cublasSetWorkspace(aux_handle, ctx->blas_ws[1], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
-    qg_dev_ctx_fini(ctx);
-    return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+  void **streams[2 + QG_EXT_STREAMS] = {&ctx->stream, &ctx->aux_stream}, **handles[2 + QG_EXT_STREAMS] = {&ctx->cublas, &ctx->aux_cublas};
+  for (int i = 0; i < QG_EXT_STREAMS; i++) { streams[2 + i] = &ctx->ext_stream[i]; handles[2 + i] = &ctx->ext_cublas[i]; }
+  for (int i = 0; i < 2 + QG_EXT_STREAMS; i++) {
+    cudaStream_t s;
+    e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, i == 1 + QG_EXT_STREAMS ? prio_lo : prio_hi);
+    if (e != cudaSuccess) { qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
+    *streams[i] = s;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+      qg_dev_ctx_fini(ctx);
+      return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasCreate failed (handle %d)", i);
+    }
+    *handles[i] = h;
+    cublasSetStream(h, s);
+    cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST);
+    e = cudaMalloc(&ctx->blas_ws[i], QG_BLAS_WORKSPACE);
+    if (e != cudaSuccess || cublasSetWorkspace(h, ctx->blas_ws[i], QG_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+      if (e != cudaSuccess) ctx->blas_ws[i] = NULL;
+      qg_dev_ctx_fini(ctx);
+      return e != cudaSuccess ? cuda_fail(ctx, "qg_ctx_create", e) : qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_create", "cublasSetWorkspace failed");
+    }
+    cudaEvent_t ev;
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) { qg_dev_ctx_fini(ctx); return cuda_fail(ctx, "qg_ctx_create", e); }
+    ctx->ev_mark[i] = ev;
   }
   cudaEvent_t ev[2];
   for (int i = 0; i < 2; i++) {
@@ -98,23 +100,26 @@ extern "C" qg_status qg_dev_ctx_init(qg_ctx *ctx) {
 }
 
 extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
-  if (ctx->stream) cudaStreamSynchronize((cudaStream_t)ctx->stream);
-  if (ctx->aux_stream) cudaStreamSynchronize((cudaStream_t)ctx->aux_stream);
+  void **streams[2 + QG_EXT_STREAMS] = {&ctx->stream, &ctx->aux_stream}, **handles[2 + QG_EXT_STREAMS] = {&ctx->cublas, &ctx->aux_cublas};
+  for (int i = 0; i < QG_EXT_STREAMS; i++) { streams[2 + i] = &ctx->ext_stream[i]; handles[2 + i] = &ctx->ext_cublas[i]; }
+  for (int i = 0; i < 2 + QG_EXT_STREAMS; i++)
+    if (*streams[i]) cudaStreamSynchronize((cudaStream_t)*streams[i]);
   qg_cuda_gru_release(ctx);
   qg_cuda_int_gru_release(ctx);
-  for (int i = 0; i < 2; i++)
-    if (ctx->blas_ws[i]) { cudaFree(ctx->blas_ws[i]); ctx->blas_ws[i] = NULL; }
-  if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
-  if (ctx->aux_cublas) cublasDestroy((cublasHandle_t)ctx->aux_cublas);
-  if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
-  if (ctx->aux_stream) cudaStreamDestroy((cudaStream_t)ctx->aux_stream);
+  for (int i = 0; i < 2 + QG_EXT_STREAMS; i++) {
+    if (*handles[i]) cublasDestroy((cublasHandle_t)*handles[i]);
+    if (ctx->blas_ws[i]) cudaFree(ctx->blas_ws[i]);
+    if (*streams[i]) cudaStreamDestroy((cudaStream_t)*streams[i]);
+    if (ctx->ev_mark[i]) cudaEventDestroy((cudaEvent_t)ctx->ev_mark[i]);
+    *handles[i] = *streams[i] = ctx->blas_ws[i] = ctx->ev_mark[i] = NULL;
+  }
   if (ctx->ev_fork) cudaEventDestroy((cudaEvent_t)ctx->ev_fork);
   if (ctx->ev_join) cudaEventDestroy((cudaEvent_t)ctx->ev_join);
   for (int i = 0; i < 2; i++)
     if (ctx->ev_timer[i]) { cudaEventDestroy((cudaEvent_t)ctx->ev_timer[i]); ctx->ev_timer[i] = NULL; }
   if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
-  ctx->cublas = ctx->stream = ctx->dev_workspace = NULL;
-  ctx->aux_cublas = ctx->aux_stream = ctx->ev_fork = ctx->ev_join = NULL;
+  ctx->dev_workspace = NULL;
+  ctx->ev_fork = ctx->ev_join = NULL;
 }
 
 extern "C" qg_status qg_dev_malloc(qg_ctx *ctx, void **ptr, int64_t nbytes) {
@@ -161,9 +166,11 @@ extern "C" qg_status qg_dev_set_math(qg_ctx *ctx) {
   if (!ctx->cublas) return QG_OK;
   /* Strict: cuBLAS default math, fp32 GEMMs without TF32 (what PyTorch runs with allow_tf32 off). */
   cublasMath_t m = ctx->math == QG_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  if (cublasSetMathMode((cublasHandle_t)ctx->cublas, m) != CUBLAS_STATUS_SUCCESS ||
-      (ctx->aux_cublas && cublasSetMathMode((cublasHandle_t)ctx->aux_cublas, m) != CUBLAS_STATUS_SUCCESS))
-    return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_set_math", "cublasSetMathMode failed");
+  const void *handles[2 + QG_EXT_STREAMS] = {ctx->cublas, ctx->aux_cublas};
+  for (int i = 0; i < QG_EXT_STREAMS; i++) handles[2 + i] = ctx->ext_cublas[i];
+  for (int i = 0; i < 2 + QG_EXT_STREAMS; i++)
+    if (handles[i] && cublasSetMathMode((cublasHandle_t)handles[i], m) != CUBLAS_STATUS_SUCCESS)
+      return qg_fail(ctx, QG_ERR_DEVICE, "qg_ctx_set_math", "cublasSetMathMode failed (handle %d)", i);
   return QG_OK;
 }
 

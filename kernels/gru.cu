@@ -137,7 +137,10 @@ static qg_status graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t k
     const qg_status bs = body();
     const cudaError_t ce = cudaStreamEndCapture(st, &graph);
     cudaGraphExec_t exec = NULL;
-    if (bs != QG_OK || ce != cudaSuccess || !graph || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    /* with stream priorities (QGRU_STREAM_PRIORITY), each kernel node keeps its capturing stream's:
+     * the STE backward's side stream runs below its recurrence (kernels/int_gru_backward.cu) */
+    const unsigned long long flags = QGRU_STREAM_PRIORITY ? cudaGraphInstantiateFlagUseNodePriority : 0;
+    if (bs != QG_OK || ce != cudaSuccess || !graph || cudaGraphInstantiateWithFlags(&exec, graph, flags) != cudaSuccess) {
       if (graph) cudaGraphDestroy(graph);
       (void)cudaGetLastError();
       return body();

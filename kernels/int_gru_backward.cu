@@ -65,7 +65,10 @@
  * pieces. Per step (bwd_step1_kernel<4>, the per-step path): the step kernel writes dq in fp32,
  * xs_rows_kernel turns dq_s into digit planes (R's per-row exponents folded in), one int8 GEMM
  * (two K slices where the output leaves the device idle) by R's codes, and the next step kernel
- * adds the digit products (xs_element: int64, one rounding). After the loop (either path): the
+ * adds the digit products (xs_element: int64, one rounding). Beside the loop (per-step path, both
+ * splits), a side stream at the device's least priority prepares what the after-loop products
+ * need and computes dx chunk by chunk (step_loop; bench/cuda_int_gru.md, session 21: large strict
+ * backward 4.92 -> 4.74 ms). After the loop (either path): the
  * codes of h and x as K = T N contiguous rows, dq's and dp's columns as digit planes (a shift per
  * column from its largest value), dp's rows for dx; dR, dW, dx as int8 GEMMs and combines that
  * add the masked results. More accurate than SGEMM (bench/xs_gemm.cu) and 1.9x faster for the
@@ -1312,6 +1315,24 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the
 #ifndef QGRU_ROW_GROUP_ROWS
 #define QGRU_ROW_GROUP_ROWS 128
 #endif
+/* How many row groups from QGRU_ROW_GROUP_ROWS rows on: at most XG_MAX, one stream each (the main
+ * and aux streams, then ext[0], ...; the context's last ext stream is the side stream). Four groups
+ * (with QG_EXT_STREAMS = 3) were slower than two: large strict backward 5.02-5.05 ms against
+ * 4.85-4.90 (H200, session 21). */
+#ifndef QGRU_ROW_GROUPS
+#define QGRU_ROW_GROUPS 2
+#endif
+enum { XG_MAX = 2 };
+static_assert(QGRU_ROW_GROUPS >= 2 && QGRU_ROW_GROUPS <= XG_MAX && XG_MAX <= 2 + QG_EXT_STREAMS - 1,
+              "row groups on the main, aux and ext streams, the last ext stream left for the side stream");
+static_assert(QGRU_ROW_GROUP_ROWS >= 2 * XG_MAX * BS_Y, "every row group keeps at least one block row of the step kernel");
+
+/* The splits' work beside the per-step loop (step_loop: column maxima, dx) in chunks of about this
+ * many (t, n) rows, on the context's last ext stream, where the loop has at least two chunks; 0:
+ * all of it after the loop. */
+#ifndef QGRU_SIDE_CHUNK_ROWS
+#define QGRU_SIDE_CHUNK_ROWS 2048
+#endif
 
 /* Where QG_SPLIT_AUTO takes the exact split: the float GEMMs it replaces at least this many flops
  * (2^28 a step: an SGEMM of ~10 us against the split's extra launch; 2^32 after the loop: ~0.1 ms
@@ -1349,16 +1370,91 @@ struct step_loop {
   int *xsh;
   long long *xcorr;
   const int32_t *ke, *kz;
-  /* the row groups (QGRU_ROW_GROUP_ROWS; groups = 1: all rows): group 0 rows [0, nsplit) on the main stream,
-   * group 1 rows [nsplit, N) on the aux stream (groups = 2), each with its own products P + S pc
+  /* the row groups (QGRU_ROW_GROUP_ROWS, QGRU_ROW_GROUPS; groups = 1: all rows): group g rows
+   * [gstart[g], gstart[g + 1]) on stream gstream[g] (the main stream, the aux stream; their marks
+   * gev[g]), each with its own products P + S pc
    * n0 H [S][pc][nr][H] (pc = 4 digits or 2 pieces) and (xs) digit planes Dq + 4 n0 Kp [4][nr][Kp] */
   int groups;
-  int64_t nsplit;
-  void *stream, *blas, *aux_stream, *aux_blas, *ev_fork, *ev_join;
+  int64_t gstart[XG_MAX + 1];
+  void *gstream[XG_MAX], *gblas[XG_MAX], *gev[XG_MAX];
+  /* work beside the recurrence, on side_stream (the context's last ext stream, at the device's
+   * least priority, its own cuBLAS handle; mark side_ev), in chunks of sc steps (sc = 0: none;
+   * QGRU_SIDE_CHUNK_ROWS): at the start the after-loop products' codes (split: h^T, x^T, W~^T;
+   * bf16 split: x~, W~ in bf16), then for each chunk [s, s + sc), once the row groups' step kernels
+   * of its step s (the loop's last of the chunk) are done, (split) the column maxima of its dq and
+   * dp rows and (side_dx) dx of its time rows. Each value is what the after-loop work computes
+   * from all rows (per-row splits, integer sums, maxima by integer atomicMax): the same bits */
+  int sc, side_dx, offW, offH, offX, reverse;
+  int64_t C, TNp;
+  qg_qp QX;
+  void *side_stream, *side_blas, *side_ev;
+  int8_t *Dp, *WT, *hT, *xT;   /* split: dp's row digits [4][T N][Kp], W~^T [C][Kp], h^T [H][TNp], x^T [C][TNp] */
+  unsigned *mx;                /* split: column maxima of dq, dp [2][3H] */
+  int *rsh;
+  long long *rco;
+  int32_t *PX;                 /* split: dx's products [4][T N][C] */
+  const int32_t *Wcodes, *wke, *wkz, *xcodes;
+  const float *Wq;             /* bf16 split: W~ (float) */
+  void *Xb, *Wb;               /* bf16 split: x~ [T N, C], W~ [3H, C] in bf16 */
+  float *tX;                   /* bf16 split: dx's two pieces [T N][2][C] */
+  float *dx;
+  const uint8_t *xmask;
   qg_ctx *ctx;
 };
 
 typedef void (*step_kernel)(bwd_params, int64_t, int, const float *, const float *, int, float *, float *, double *);
+
+/* The side stream's work before the loop (step_loop, "work beside the recurrence"). */
+static qg_status side_start(qg_ctx *ctx, const char *fn, const step_loop &L) {
+  const cudaStream_t ss = (cudaStream_t)L.side_stream;
+  const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, TN = T * N, C = L.C;
+  const dim3 tb(XS_THREADS);
+  if (L.xs) {   /* the after-loop products' operands */
+    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(L.mx, 0, (size_t)2 * H3 * 4, ss));
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(L.TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, ss>>>(L.hT, L.bp.hq, TN, H, L.TNp, L.offH);
+    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(L.TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ss>>>(L.xT, L.xcodes, TN, C, L.TNp, L.offX);
+    if (L.side_dx)
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(L.Kp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ss>>>(L.WT, L.Wcodes, H3, C, L.Kp, L.offW);
+  } else {
+    deq_bf16_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, ss>>>(L.xcodes, TN * C, L.QX, (__nv_bfloat16 *)L.Xb);
+    if (L.side_dx) to_bf16_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ss>>>(L.Wq, H3 * C, (__nv_bfloat16 *)L.Wb);
+  }
+  return qg_cuda_launched(ctx, fn);
+}
+
+/* The side stream's work for the chunk of steps [s, se), whose dq rows (step-indexed) are
+ * [s N, se N) and dp rows (time-indexed) [t0 N, t0 N + rows). */
+static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int64_t s, int64_t se) {
+  const cudaStream_t ss = (cudaStream_t)L.side_stream;
+  const cublasHandle_t sb = (cublasHandle_t)L.side_blas;
+  const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, C = L.C;
+  const int64_t t0 = L.reverse ? T - se : s, rows = (se - s) * N, r0 = t0 * N;
+  if (L.xs) {
+    const int64_t rpb = 256;   /* rows per block of the column maxima, as after the loop */
+    const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(rows, (int)rpb));
+    xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx, L.bp.dq + s * N * H3, rows, H3, rpb);
+    xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx + H3, L.bp.dp + r0 * H3, rows, H3, rpb);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (!L.side_dx) return QG_OK;
+    /* dx: dp's rows as digit planes (W's exponents folded in), the int8 GEMM by W~'s codes, the masked combine */
+    int8_t *D = L.Dp + XS_DIGITS * r0 * L.Kp;
+    int32_t *P = L.PX + XS_DIGITS * r0 * C;
+    xs_rows_kernel<<<(unsigned)rows, XS_THREADS, 0, ss>>>(D, L.rsh + r0, L.rco + r0, L.bp.dp + r0 * H3, H3, rows, H3, L.Kp, L.wke, L.wkz,
+                                                          L.offW);
+    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CHECK(xs_gemm_on(ctx, sb, fn, P, D, L.WT, XS_DIGITS * rows, C, L.Kp, 1));
+    xs_combine_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, ss>>>(L.dx + r0 * C, P, 1, L.rsh + r0, L.rco + r0, L.xmask + r0 * C, rows,
+                                                                     C, 0, 1);
+    return qg_cuda_launched(ctx, fn);
+  }
+  if (!L.side_dx) return QG_OK;
+  /* bf16 split, dx: tX [rows][2][C] = dp's rows (as [2 rows, 3H] bf16 pieces) W~, the pieces added (hi first) */
+  const __nv_bfloat16 *dpb = (const __nv_bfloat16 *)L.bp.dp;
+  QG_CHECK(gemm_bf16_rm_on(ctx, sb, fn, 0, 0, 2 * rows, C, H3, dpb + r0 * 2 * H3, H3, L.Wb, C, L.tX + r0 * 2 * C));
+  masked_add2_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, ss>>>(L.dx + r0 * C, L.tX + r0 * 2 * C, L.xmask + r0 * C, rows * C, C, 2 * C,
+                                                                    C);
+  return qg_cuda_launched(ctx, fn);
+}
 
 static qg_status step_loop_body(void *arg) {
   const step_loop &L = *(const step_loop *)arg;
@@ -1369,17 +1465,21 @@ static qg_status step_loop_body(void *arg) {
   float *dh = L.dh, *dn = L.dh_next;
   const int chunks = (int)L.chunks;
   if (L.xs || L.pieces == 2) {   /* the splits: their row groups, each a chain of its own (a stream and cuBLAS handle each) */
-    const cudaStream_t st = (cudaStream_t)L.stream, ax = (cudaStream_t)L.aux_stream;
-    if (L.groups == 2) {
-      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.ev_fork, st));
-      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)L.ev_fork, 0));
+    const cudaStream_t st = (cudaStream_t)L.gstream[0], ss = (cudaStream_t)L.side_stream;
+    const int64_t T = L.bp.T;
+    if (L.groups > 1 || L.sc) {   /* fork: the other streams start after what the main one holds */
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[0], st));
+      for (int gi = 1; gi < L.groups; gi++) QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent((cudaStream_t)L.gstream[gi], (cudaEvent_t)L.gev[0], 0));
+      if (L.sc) QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)L.gev[0], 0));
     }
-    for (int64_t s = L.bp.T - 1; s >= 0; s--) {
-      const int np = s == L.bp.T - 1 ? 0 : (int)S;
+    if (L.sc) QG_CHECK(side_start(ctx, fn, L));
+    for (int64_t s = T - 1; s >= 0; s--) {
+      const int np = s == T - 1 ? 0 : (int)S;
+      const int mark = L.sc && s % L.sc == 0;   /* a side chunk's lowest step: its dq and dp rows are final after the step kernels */
       for (int gi = 0; gi < L.groups; gi++) {
-        const int64_t n0 = gi ? L.nsplit : 0, nr = (L.groups == 1 ? N : gi ? N - L.nsplit : L.nsplit);
-        const cudaStream_t gs = gi ? ax : st;
-        const cublasHandle_t gb = (cublasHandle_t)(gi ? L.aux_blas : L.blas);
+        const int64_t n0 = L.gstart[gi], nr = L.gstart[gi + 1] - n0;
+        const cudaStream_t gs = (cudaStream_t)L.gstream[gi];
+        const cublasHandle_t gb = (cublasHandle_t)L.gblas[gi];
         const dim3 gg((unsigned)((H + BS_X - 1) / BS_X), (unsigned)((nr + BS_Y - 1) / BS_Y));
         if (L.xs) {
           int32_t *Pg = (int32_t *)L.P + S * XS_DIGITS * n0 * H;
@@ -1387,6 +1487,7 @@ static qg_status step_loop_body(void *arg) {
           bwd_step1_kernel<4><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, (const float *)Pg, np, dn, L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr,
                                                      chunks);
           QG_CHECK(qg_cuda_launched(ctx, fn));
+          if (mark) QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], gs));
           /* dq_s as digit planes (R's exponents folded in), then P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
           xs_rows_kernel<<<(unsigned)nr, XS_THREADS, 0, gs>>>(Dg, L.xsh + n0, L.xcorr + n0, L.bp.dq + (s * N + n0) * H3, H3, nr, H3, L.Kp,
                                                              L.ke, L.kz, L.zoff);
@@ -1396,6 +1497,7 @@ static qg_status step_loop_body(void *arg) {
           float *Pg = L.P + S * 2 * n0 * H;
           bwd_step1_kernel<2><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, Pg, np, dn, L.Hf, L.sp, NULL, NULL, (int)n0, (int)nr, chunks);
           QG_CHECK(qg_cuda_launched(ctx, fn));
+          if (mark) QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], gs));
           /* P[k] [2 nr, H]: row l 2 + c = piece c of dq_s's row n0 + l (bf16 [N][2][3H]: column-major
            * [3H, 2 nr] with ld 3H) times R~'s slice k (bf16); every product exact, fp32 accumulation */
           const __nv_bfloat16 *dqs = (const __nv_bfloat16 *)L.bp.dq + (s * N + n0) * 2 * H3;
@@ -1406,22 +1508,31 @@ static qg_status step_loop_body(void *arg) {
                                                                         CUBLAS_GEMM_DEFAULT)));
         }
       }
+      if (mark) {   /* the chunk of steps [s, s + sc) */
+        for (int gi = 0; gi < L.groups; gi++) QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)L.gev[gi], 0));
+        QG_CHECK(side_chunk(ctx, fn, L, s, s + L.sc < T ? s + L.sc : T));
+      }
       float *tmp = dh; dh = dn; dn = tmp;
     }
-    if (L.groups == 2) {
-      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.ev_join, ax));
-      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)L.ev_join, 0));
+    /* join: the main stream waits for the others */
+    for (int gi = 1; gi < L.groups; gi++) {
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], (cudaStream_t)L.gstream[gi]));
+      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)L.gev[gi], 0));
+    }
+    if (L.sc) {
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.side_ev, ss));
+      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)L.side_ev, 0));
     }
     return QG_OK;
   }
   for (int64_t s = L.bp.T - 1; s >= 0; s--) {
     const int np = s == L.bp.T - 1 ? 0 : (int)S;
     if (L.fits32) {
-      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL, 0, (int)N, chunks);
+      bwd_step1_kernel<1><<<grid, block, 0, (cudaStream_t)L.gstream[0]>>>(L.bp, (int)s, dh, L.P, np, dn, L.Hf, L.sp, NULL, NULL, 0, (int)N, chunks);
     } else {
     const step_kernel f = L.words ? (L.rpt == 1 ? bwd_step_kernel<true, true, 8> : bwd_step_kernel<true, false, 1>)
                                   : (L.rpt == 1 ? bwd_step_kernel<false, true, 8> : bwd_step_kernel<false, false, 1>);
-    f<<<grid, block, 0, (cudaStream_t)L.stream>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
+    f<<<grid, block, 0, (cudaStream_t)L.gstream[0]>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
     }
     QG_CHECK(qg_cuda_launched(ctx, fn));
     if (!S) {
@@ -1518,8 +1629,20 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
   /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */
-  const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? 2 : 1;
-  const int64_t nsplit = groups == 2 ? round_up((N + 1) / 2, BS_Y) : N;
+  const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? QGRU_ROW_GROUPS : 1;
+  int64_t gstart[XG_MAX + 1];   /* group g: rows [gstart[g], gstart[g + 1]), block-row aligned */
+  for (int gi = 0; gi <= groups; gi++) {
+    const int64_t b = gi == groups ? N : round_up((gi * N + groups - 1) / groups, BS_Y);
+    gstart[gi] = b < N ? b : N;
+  }
+  /* work beside the per-step loop in chunks of sc steps (QGRU_SIDE_CHUNK_ROWS; step_loop): the
+   * split's loop with the split after it, or the bf16 split's loop where dx is asked; at least two
+   * chunks; a chunk's time rows are a range (not with both reverse and lengths: there a step's
+   * time rows differ per row) */
+  const int64_t sc_want = QGRU_SIDE_CHUNK_ROWS > 0 && N > 0 ? (QGRU_SIDE_CHUNK_ROWS + N - 1) / N : 0;
+  const int side_ok = (xs_step && xs_after) || (pieces == 2 && dx);
+  const int sc = side_ok && C > 0 && sc_want > 0 && sc_want < T && !(reverse && lengths) ? (int)sc_want : 0;
+  const int side_dx = sc && dx && C > 0;
   /* K slices of the step's product: with two groups their two GEMMs fill the device together, and one slice each ran faster (H200,
    * large: backward 4.92-4.94 ms against 5.00-5.04 with two) */
   int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? (groups == 2 ? 1 : xs_step_slices(ctx, N, H)) : step_gemm_slices(ctx, N, H, pieces));
@@ -1614,17 +1737,35 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.words = words;
     L.fits32 = fits32;
     L.pieces = pieces;
-    L.stream = (void *)st; L.blas = (void *)qg_cuda_blas(ctx); L.ctx = ctx;
-    L.groups = groups; L.nsplit = nsplit;
-    if (groups == 2) {
-      L.aux_stream = ctx->aux_stream; L.aux_blas = ctx->aux_cublas; L.ev_fork = ctx->ev_fork; L.ev_join = ctx->ev_join;
+    L.ctx = ctx;
+    L.groups = groups;
+    for (int gi = 0; gi <= groups; gi++) L.gstart[gi] = gstart[gi];
+    for (int gi = 0; gi < groups; gi++) {   /* streams: main, aux (then ext[0], ... where XG_MAX allows) */
+      L.gstream[gi] = gi == 0 ? (void *)st : gi == 1 ? ctx->aux_stream : ctx->ext_stream[gi - 2];
+      L.gblas[gi] = gi == 0 ? (void *)qg_cuda_blas(ctx) : gi == 1 ? ctx->aux_cublas : ctx->ext_cublas[gi - 2];
+      L.gev[gi] = ctx->ev_mark[gi];
+    }
+    if (sc) {   /* the side stream's work (step_loop) */
+      L.sc = sc; L.side_dx = side_dx; L.reverse = reverse ? 1 : 0; L.C = C; L.TNp = TNp; L.QX = QX;
+      L.offW = offW; L.offH = offH; L.offX = offX;
+      L.side_stream = ctx->ext_stream[QG_EXT_STREAMS - 1]; L.side_blas = ctx->ext_cublas[QG_EXT_STREAMS - 1];
+      L.side_ev = ctx->ev_mark[1 + QG_EXT_STREAMS];
+      L.xcodes = (const int32_t *)xq->data;
+      if (xs_step) {
+        L.Dp = (int8_t *)(ws + o_Dp); L.WT = (int8_t *)(ws + o_WT); L.hT = (int8_t *)(ws + o_hT); L.xT = (int8_t *)(ws + o_xT);
+        L.mx = (unsigned *)(ws + o_mx); L.rsh = (int *)(ws + o_rsh); L.rco = (long long *)(ws + o_rco); L.PX = (int32_t *)(ws + o_PX);
+        L.Wcodes = g->codes[QG_W_W]; L.wke = g->w_exp[QG_W_W]; L.wkz = g->w_zp[QG_W_W];
+      } else {
+        L.Xb = Xf; L.Wb = Wb; L.Wq = g->fq[QG_W_W]; L.tX = tX;
+      }
+      if (side_dx) { L.dx = (float *)dx->data; L.xmask = (const uint8_t *)saved->xmask->data; }
     }
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
     if (slices && xs_step) {   /* plus the last step's product */
       for (int gi = 0; gi < groups; gi++) {   /* the row groups' products: planes of nr rows each */
-        const int64_t n0 = gi ? nsplit : 0, nr = gi ? N - nsplit : nsplit;
+        const int64_t n0 = gstart[gi], nr = gstart[gi + 1] - n0;
         add_xs_kernel<<<qg_cuda_blocks(nr * H, 256), 256, 0, st>>>(dh + n0 * H, (const int32_t *)P + slices * XS_DIGITS * n0 * H, slices,
                                                                    L.xsh + n0, L.xcorr + n0, nr * H, H, dh_next + n0 * H);
       }
@@ -1632,7 +1773,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       float *tmp = dh; dh = dh_next; dh_next = tmp;
     } else if (slices) {   /* plus the last GEMM's partial products */
       for (int gi = 0; gi < groups; gi++) {   /* per row group as for the split above (one group: all rows) */
-        const int64_t n0 = gi ? nsplit : 0, nr = gi ? N - nsplit : nsplit;
+        const int64_t n0 = gstart[gi], nr = gstart[gi + 1] - n0;
         add_parts_kernel<<<qg_cuda_blocks(nr * H, 256), 256, 0, st>>>(dh + n0 * H, P + slices * pieces * n0 * H, slices, pieces, nr * H, H,
                                                                       dh_next + n0 * H);
       }
@@ -1680,29 +1821,33 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
     QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
     QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
-    /* aux: dW = dp^T x~ */
-    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ax>>>(xT, (const int32_t *)xq->data, TN, C,
-                                                                                                  TNp, offX);
-    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx + H3, 0, (size_t)H3 * 4, ax));
+    /* aux: dW = dp^T x~ (x's codes and the column maxima: the loop's side stream, where sc) */
+    if (!sc) {
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ax>>>(xT, (const int32_t *)xq->data, TN, C,
+                                                                                                    TNp, offX);
+      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx + H3, 0, (size_t)H3 * 4, ax));
+      xs_colmax_kernel<<<mg, tb, 0, ax>>>(mx + H3, dp, TN, H3, rpb);
+    }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco + H3, 0, (size_t)H3 * 8, ax));
-    xs_colmax_kernel<<<mg, tb, 0, ax>>>(mx + H3, dp, TN, H3, rpb);
     xs_cols_kernel<<<cg, tb, 0, ax>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     QG_CHECK(xs_gemm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, PW, DpT, xT, XS_DIGITS * H3, C, TNp, 1));
     xs_combine_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, PW, 1, csh + H3, cco + H3, g->mask[QG_W_W], H3, C,
                                                                    (int)QX.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    /* main: dR = dq^T h~, then dx = dp W~ */
-    xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
-    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)H3 * 4, st));
+    /* main: dR = dq^T h~, then dx = dp W~ (h's codes, the column maxima and dx: the loop's side stream, where sc) */
+    if (!sc) {
+      xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
+      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)H3 * 4, st));
+      xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
+    }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)H3 * 8, st));
-    xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
     xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PR, DqT, hT, XS_DIGITS * H3, H, TNp, 1));
     xs_combine_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, PR, 1, csh, cco, g->mask[QG_W_R], H3, H, (int)QH.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx) {
+    if (dx && !side_dx) {
       xs_rows_kernel<<<(unsigned)TN, tb, 0, st>>>(Dp, rsh, rco, dp, H3, TN, H3, H3p, g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW);
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
       QG_CHECK(qg_cuda_launched(ctx, fn));
@@ -1716,9 +1861,11 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
      * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
-    deq_bf16_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, (__nv_bfloat16 *)Xf);
-    if (dx) to_bf16_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>(g->fq[QG_W_W], H3 * C, Wb);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
+    if (!sc) {   /* (else the loop's side stream did) */
+      deq_bf16_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, (__nv_bfloat16 *)Xf);
+      if (dx) to_bf16_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, st>>>(g->fq[QG_W_W], H3 * C, Wb);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    }
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
     QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
     QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
@@ -1730,7 +1877,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 1, 0, 2 * H3, H, TN, dq, 2 * H3, Hf, H, tR));
     masked_add2_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H, H3 * H, 0, H3 * H);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx) {   /* tX [T N][2][C] = dp (as [2 T N, 3H]) W~ */
+    if (dx && !side_dx) {   /* tX [T N][2][C] = dp (as [2 T N, 3H]) W~ */
       QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 0, 0, 2 * TN, C, H3, dp, H3, Wb, C, tX));
       masked_add2_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data,
                                                                       TN * C, C, 2 * C, C);

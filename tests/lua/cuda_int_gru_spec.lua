@@ -469,6 +469,10 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
   for _, v in ipairs({
     { "int8: bf16 split, 3 slices", {}, 2e-5, { seed = 61, T = 6, N = 17, C = 37, H = 130, h0 = true, lengths = true, reverse = true } },
     { "int8: bf16 split, one slice", {}, 2e-5, { seed = 62, T = 5, N = 3, C = 5, H = 7, lengths = true } },
+    -- dx in chunks of ceil(2048 / N) steps beside the per-step loop (QGRU_SIDE_CHUNK_ROWS): 16-step
+    -- chunks with lengths, 32-step chunks reversed (the last one short)
+    { "int8: bf16 split, dx in chunks beside the loop", {}, 2e-5, { seed = 65, T = 40, N = 130, C = 9, H = 33, h0 = true, lengths = true } },
+    { "int8: bf16 split, dx in chunks, reversed", {}, 2e-5, { seed = 66, T = 70, N = 64, C = 9, H = 33, reverse = true } },
     { "12-bit weight.R: TF32", { ["weight.R"] = { bitwidth = 12 } }, 5e-3, { seed = 63, T = 5, N = 17, C = 37, H = 130, h0 = true } },
     { "12-bit output.h: TF32", { ["output.h"] = { bitwidth = 12 } }, 5e-3, { seed = 64, T = 5, N = 17, C = 37, H = 130, lengths = true } },
   }) do
@@ -507,6 +511,13 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     { "12-bit weight.R", { ["weight.R"] = { bitwidth = 12 } }, false, { seed = 73, T = 5, N = 9, C = 11, H = 40, h0 = true } },
     -- N >= 128: the per-step chain as two row groups on two streams (rows 0-71 and 72-129)
     { "int8, two row groups", {}, true, { seed = 74, T = 4, N = 130, C = 9, H = 33, h0 = true, lengths = true, reverse = true } },
+    -- the column maxima and dx in chunks of ceil(2048 / N) steps beside the per-step loop
+    -- (QGRU_SIDE_CHUNK_ROWS, on the context's last ext stream), where the loop has two chunks or
+    -- more: with row groups and lengths (16-step chunks), reversed (time rows T - 16 (k + 1) ..
+    -- T - 16 k), one row group (N = 64: 32-step chunks, the last one short)
+    { "int8, two row groups, dx in chunks beside the loop", {}, true, { seed = 75, T = 40, N = 130, C = 9, H = 33, h0 = true, lengths = true } },
+    { "int8, dx in chunks, reversed", {}, true, { seed = 76, T = 35, N = 130, C = 9, H = 33, reverse = true } },
+    { "int8, one row group, dx in chunks", {}, true, { seed = 77, T = 70, N = 64, C = 9, H = 33, lengths = true } },
   }) do
     it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
                      .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
