@@ -64,19 +64,22 @@ __device__ __forceinline__ int xs_shift(double m) {
 /* |x| for a row maximum, a NaN taken as Inf (fmaxf would drop it). */
 __device__ __forceinline__ float xs_mag(float x) { return x == x ? fabsf(x) : __int_as_float(0x7f800000); }
 
-/* rne(x 2^k) as an integer: x 2^k in float is exact wherever it is normal, and where it is not
- * (|x 2^k| < 2^-126) it rounds to 0 either way; double for exponents float cannot hold. */
-__device__ __forceinline__ long long xs_fixed(float x, int k) {
+/* rne(x 2^k) as an integer, for |x 2^k| <= 2^XS_FRAC (what the shift ensures): in 32 bits. x 2^k
+ * in float is exact wherever it is normal, and where it is not (|x 2^k| < 2^-126) it rounds to 0
+ * either way; double for exponents float cannot hold. (32-bit conversion and digit arithmetic: the
+ * 64-bit versions cost the large strict STE backward 0.12 ms; bench/cuda_int_gru.md, session 21.) */
+static_assert(XS_FRAC <= 30, "the split's integers fit int32");
+__device__ __forceinline__ int xs_fixed(float x, int k) {
   if (k >= XS_NONFINITE / 2) return 0;   /* a non-finite row: its products are NaN anyway */
-  if (k >= -126 && k <= 127) return __float2ll_rn(x * __int_as_float((127 + k) << 23));
-  return llrint(ldexp((double)x, k));
+  if (k >= -126 && k <= 127) return __float2int_rn(x * __int_as_float((127 + k) << 23));
+  return (int)llrint(ldexp((double)x, k));
 }
 
 /* 2^-e as a float (|e| <= 31: the quantizers' exponents, QUANT_SPEC.md section 1). */
 __device__ __forceinline__ float xs_pow2_neg(int e) { return __int_as_float((127 - e) << 23); }
 
 /* The 4 balanced base-256 digits of x (|x| <= 2^30): x = sum_d 256^d dg[d], dg in [-128, 127]. */
-__device__ __forceinline__ void xs_digits(long long x, int8_t dg[XS_DIGITS]) {
+__device__ __forceinline__ void xs_digits(int x, int8_t dg[XS_DIGITS]) {
 #pragma unroll
   for (int d = 0; d < XS_DIGITS - 1; d++) {
     const int v = (int)((x + 128) & 255) - 128;
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict_
       if (k >= Kp) break;
       int8_t dg[XS_DIGITS] = {0, 0, 0, 0};
       if (k < K) {
-        const long long xi = xs_fixed(v[i], s - e[i]);
+        const int xi = xs_fixed(v[i], s - e[i]);
         xs_digits(xi, dg);
         c += xi * (long long)zc[i];
       }
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict_
   for (int i = 0; i < RPT; i++) {
     const int yy = ty + i * (XS_THREADS / XS_TILE);
     int8_t dg[XS_DIGITS];
-    const long long xi = xs_fixed(v[i], s);
+    const int xi = xs_fixed(v[i], s);
     xs_digits(xi, dg);
     c += xi;
 #pragma unroll
