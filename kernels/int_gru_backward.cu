@@ -1290,6 +1290,33 @@ static int act_xs(qg_qp q, int *off) {
   return 1;
 }
 
+/* dx rows [r0, r0 + rows) (time rows (t, n), dx [T N, C] += masked dp W~) on stream st with handle
+ * hb, by the strict split: dp's rows as digit planes Dp [4][rows][Kp] (W's exponents wke and zero
+ * points wkz folded in, shifts rsh and corrections rco per row), the int8 GEMM by W~'s codes WT
+ * [C][Kp] into PX [4][rows][C], the combine adding the masked results. Per-row values and integer
+ * sums: the same bits for any split of the rows (the loop's side chunks, or all rows after it). */
+static qg_status xs_dx_rows(qg_ctx *ctx, const char *fn, cudaStream_t st, cublasHandle_t hb, float *dx, const float *dp,
+                            const uint8_t *xmask, int8_t *Dp, int *rsh, long long *rco, int32_t *PX, const int8_t *WT,
+                            const int32_t *wke, const int32_t *wkz, int offW, int64_t H3, int64_t Kp, int64_t C, int64_t r0,
+                            int64_t rows) {
+  int8_t *D = Dp + XS_DIGITS * r0 * Kp;
+  int32_t *P = PX + XS_DIGITS * r0 * C;
+  xs_rows_kernel<<<(unsigned)rows, XS_THREADS, 0, st>>>(D, rsh + r0, rco + r0, dp + r0 * H3, H3, rows, H3, Kp, wke, wkz, offW);
+  QG_CHECK(qg_cuda_launched(ctx, fn));
+  QG_CHECK(xs_gemm_on(ctx, hb, fn, P, D, WT, XS_DIGITS * rows, C, Kp, 1));
+  xs_combine_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, st>>>(dx + r0 * C, P, 1, rsh + r0, rco + r0, xmask + r0 * C, rows, C, 0, 1);
+  return qg_cuda_launched(ctx, fn);
+}
+
+/* The same rows by the bf16 split: tX [rows][2][C] = dp's rows (bf16 pieces [T N][2][3H], as
+ * [2 rows, 3H]) W~ (bf16 Wb [3H, C]), the two pieces added into dx (hi first), masked. */
+static qg_status bf16_dx_rows(qg_ctx *ctx, const char *fn, cudaStream_t st, cublasHandle_t hb, float *dx, const __nv_bfloat16 *dp,
+                              const uint8_t *xmask, const __nv_bfloat16 *Wb, float *tX, int64_t H3, int64_t C, int64_t r0, int64_t rows) {
+  QG_CHECK(gemm_bf16_rm_on(ctx, hb, fn, 0, 0, 2 * rows, C, H3, dp + r0 * 2 * H3, H3, Wb, C, tX + r0 * 2 * C));
+  masked_add2_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, st>>>(dx + r0 * C, tX + r0 * 2 * C, xmask + r0 * C, rows * C, C, 2 * C, C);
+  return qg_cuda_launched(ctx, fn);
+}
+
 /* K slices of the exact split's per-step product [4N, H] (K = 3H): up to XS_STEP_SLICES while the
  * output's 256 x 128 tiles leave multiprocessors idle and every slice keeps at least 256 bytes of
  * K (in XS_KPAD units). A function of the shape and the device, like step_gemm_slices; the
@@ -1435,25 +1462,10 @@ static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx, L.bp.dq + s * N * H3, rows, H3, rpb);
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx + H3, L.bp.dp + r0 * H3, rows, H3, rpb);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (!L.side_dx) return QG_OK;
-    /* dx: dp's rows as digit planes (W's exponents folded in), the int8 GEMM by W~'s codes, the masked combine */
-    int8_t *D = L.Dp + XS_DIGITS * r0 * L.Kp;
-    int32_t *P = L.PX + XS_DIGITS * r0 * C;
-    xs_rows_kernel<<<(unsigned)rows, XS_THREADS, 0, ss>>>(D, L.rsh + r0, L.rco + r0, L.bp.dp + r0 * H3, H3, rows, H3, L.Kp, L.wke, L.wkz,
-                                                          L.offW);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
-    QG_CHECK(xs_gemm_on(ctx, sb, fn, P, D, L.WT, XS_DIGITS * rows, C, L.Kp, 1));
-    xs_combine_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, ss>>>(L.dx + r0 * C, P, 1, L.rsh + r0, L.rco + r0, L.xmask + r0 * C, rows,
-                                                                     C, 0, 1);
-    return qg_cuda_launched(ctx, fn);
   }
   if (!L.side_dx) return QG_OK;
-  /* bf16 split, dx: tX [rows][2][C] = dp's rows (as [2 rows, 3H] bf16 pieces) W~, the pieces added (hi first) */
-  const __nv_bfloat16 *dpb = (const __nv_bfloat16 *)L.bp.dp;
-  QG_CHECK(gemm_bf16_rm_on(ctx, sb, fn, 0, 0, 2 * rows, C, H3, dpb + r0 * 2 * H3, H3, L.Wb, C, L.tX + r0 * 2 * C));
-  masked_add2_kernel<<<qg_cuda_blocks(rows * C, 256), 256, 0, ss>>>(L.dx + r0 * C, L.tX + r0 * 2 * C, L.xmask + r0 * C, rows * C, C, 2 * C,
-                                                                    C);
-  return qg_cuda_launched(ctx, fn);
+  if (L.xs) return xs_dx_rows(ctx, fn, ss, sb, L.dx, L.bp.dp, L.xmask, L.Dp, L.rsh, L.rco, L.PX, L.WT, L.wke, L.wkz, L.offW, H3, L.Kp, C, r0, rows);
+  return bf16_dx_rows(ctx, fn, ss, sb, L.dx, (const __nv_bfloat16 *)L.bp.dp, L.xmask, (const __nv_bfloat16 *)L.Wb, L.tX, H3, C, r0, rows);
 }
 
 static qg_status step_loop_body(void *arg) {
@@ -1642,7 +1654,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int64_t sc_want = QGRU_SIDE_CHUNK_ROWS > 0 && N > 0 ? (QGRU_SIDE_CHUNK_ROWS + N - 1) / N : 0;
   const int side_ok = (xs_step && xs_after) || (pieces == 2 && dx);
   const int sc = side_ok && C > 0 && sc_want > 0 && sc_want < T && !(reverse && lengths) ? (int)sc_want : 0;
-  const int side_dx = sc && dx && C > 0;
+  const int side_dx = sc && dx;
   /* K slices of the step's product: with two groups their two GEMMs fill the device together, and one slice each ran faster (H200,
    * large: backward 4.92-4.94 ms against 5.00-5.04 with two) */
   int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? (groups == 2 ? 1 : xs_step_slices(ctx, N, H)) : step_gemm_slices(ctx, N, H, pieces));
@@ -1848,13 +1860,9 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     xs_combine_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, PR, 1, csh, cco, g->mask[QG_W_R], H3, H, (int)QH.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
     if (dx && !side_dx) {
-      xs_rows_kernel<<<(unsigned)TN, tb, 0, st>>>(Dp, rsh, rco, dp, H3, TN, H3, H3p, g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW);
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
-      QG_CHECK(qg_cuda_launched(ctx, fn));
-      QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PX, Dp, WT, XS_DIGITS * TN, C, H3p, 1));
-      xs_combine_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, PX, 1, rsh, rco,
-                                                                     (const uint8_t *)saved->xmask->data, TN, C, 0, 1);
-      QG_CHECK(qg_cuda_launched(ctx, fn));
+      QG_CHECK(xs_dx_rows(ctx, fn, st, qg_cuda_blas(ctx), (float *)dx->data, dp, (const uint8_t *)saved->xmask->data, Dp, rsh, rco, PX, WT,
+                          g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW, H3, H3p, C, 0, TN));
     }
     QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
     QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
@@ -1877,12 +1885,9 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 1, 0, 2 * H3, H, TN, dq, 2 * H3, Hf, H, tR));
     masked_add2_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, tR, g->mask[QG_W_R], H3 * H, H3 * H, 0, H3 * H);
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (dx && !side_dx) {   /* tX [T N][2][C] = dp (as [2 T N, 3H]) W~ */
-      QG_CHECK(gemm_bf16_rm_on(ctx, qg_cuda_blas(ctx), fn, 0, 0, 2 * TN, C, H3, dp, H3, Wb, C, tX));
-      masked_add2_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data,
-                                                                      TN * C, C, 2 * C, C);
-      QG_CHECK(qg_cuda_launched(ctx, fn));
-    }
+    if (dx && !side_dx)
+      QG_CHECK(bf16_dx_rows(ctx, fn, st, qg_cuda_blas(ctx), (float *)dx->data, (const __nv_bfloat16 *)dp, (const uint8_t *)saved->xmask->data,
+                            Wb, tX, H3, C, 0, TN));
     QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
     QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
   } else if (TN > 0 && H > 0) {
