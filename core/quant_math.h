@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define QG_HD __host__ __device__ __forceinline__
@@ -35,10 +36,28 @@ QG_HD qg_qp qg_qp_make(int bits, int is_unsigned, int e, int z) {
   return q;
 }
 
-/* quant(x) of a real value: clamp(rne(x * 2^e) + z). ldexp is exact; nearbyint rounds half to
- * even in the default rounding mode. *m = the in-range mask. */
+/* ldexp(x, e) as a product by 2^e built from its bits where 2^e is a normal double: the exact
+ * x 2^e rounded once, which is what ldexp returns (correctly rounded, also where the result is
+ * subnormal or overflows), so the same bits, without ldexp's general path (on the device a
+ * library call per element: the weight and input quantization kernels spend their time there).
+ * The product is exact wherever it is normal, so a caller's add that the compiler contracts with
+ * it into an FMA rounds the same. */
+QG_HD double qg_ldexp(double x, int e) {
+  if (e < -1022 || e > 1023) return ldexp(x, e);
+#ifdef __CUDA_ARCH__
+  return x * __longlong_as_double((long long)(1023 + e) << 52);
+#else
+  const uint64_t u = (uint64_t)(1023 + e) << 52;
+  double p;
+  memcpy(&p, &u, sizeof p);
+  return x * p;
+#endif
+}
+
+/* quant(x) of a real value: clamp(rne(x * 2^e) + z). The scaling is exact (qg_ldexp); nearbyint
+ * rounds half to even in the default rounding mode. *m = the in-range mask. */
 QG_HD int64_t qg_quant_real(double x, qg_qp q, int *m) {
-  double r = nearbyint(ldexp(x, q.e)) + (double)q.z;
+  double r = nearbyint(qg_ldexp(x, q.e)) + (double)q.z;
   if (r < (double)q.qmin) { *m = 0; return q.qmin; }
   if (r > (double)q.qmax) { *m = 0; return q.qmax; }
   if (r != r) { *m = 0; return q.z; }   /* NaN: the code of zero, masked */
@@ -46,7 +65,7 @@ QG_HD int64_t qg_quant_real(double x, qg_qp q, int *m) {
   return (int64_t)r;
 }
 
-QG_HD double qg_deq(int64_t code, qg_qp q) { return ldexp((double)(code - q.z), -q.e); }
+QG_HD double qg_deq(int64_t code, qg_qp q) { return qg_ldexp((double)(code - q.z), -q.e); }
 
 /* v / 2^k rounded half to even, k >= 1 (arithmetic on 128 bits). */
 QG_HD qg_i128 qg_rshift_rne(qg_i128 v, int k) {
@@ -82,7 +101,7 @@ QG_HD int64_t qg_requant(qg_i128 v, int s, qg_qp q, int *m) {
 /* Requantization of a real accumulator a (held at scale 2^-s) that is not an exact integer
  * (GEMM operands above 16 bits, simulated in double). */
 QG_HD int64_t qg_requant_real(double a, int s, qg_qp q, int *m) {
-  double r = nearbyint(ldexp(a, q.e - s)) + (double)q.z;
+  double r = nearbyint(qg_ldexp(a, q.e - s)) + (double)q.z;
   if (r < (double)q.qmin) { *m = 0; return q.qmin; }
   if (r > (double)q.qmax) { *m = 0; return q.qmax; }
   *m = 1;

@@ -279,6 +279,15 @@ __device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[N
 
 /* ================================ weight quantization ================================ */
 
+/* The four weights' codes, fake-quantized values and masks (QUANT_SPEC.md section 1, per output
+ * channel j: qg_quant_real, qg_deq). One block of WQ_THREADS per row of W and of R (rows 3H each:
+ * the row's quantizer made once, its elements strided over the threads), then blocks of
+ * WQ_THREADS bias elements (one channel each). The earlier grid-stride loop over all elements
+ * found each element's weight and channel by a search and a 64-bit division, and took ldexp's
+ * general path twice per element: 31 us at T100 N256 C512 H1024 (H200, ncu), a third of the
+ * integer inference's work outside the recurrence. */
+enum { WQ_THREADS = 256 };
+
 struct wq_params {
   const float *src[QG_W_NUM];
   int32_t *codes[QG_W_NUM];
@@ -286,40 +295,50 @@ struct wq_params {
   uint8_t *mask[QG_W_NUM];
   const int32_t *exps[QG_W_NUM], *zps[QG_W_NUM];
   int bits[QG_W_NUM], uns[QG_W_NUM];
-  int64_t cols[QG_W_NUM], end[QG_W_NUM];   /* end: cumulative element counts */
+  int64_t cols[QG_W_NUM];   /* W: C, R: H, the biases 1 (qg_int_gru_weight_cols) */
+  int64_t H3;
 };
 
-__global__ void quantize_weights_kernel(const __grid_constant__ wq_params p) {
-  const int64_t total = p.end[QG_W_NUM - 1];
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-    int w = 0;
-    while (e >= p.end[w]) w++;
-    const int64_t i = e - (w ? p.end[w - 1] : 0), j = i / p.cols[w];
+__device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
+  int m;
+  const int64_t code = qg_quant_real((double)p.src[w][i], q, &m);
+  p.codes[w][i] = (int32_t)code;
+  p.fq[w][i] = (float)qg_deq(code, q);
+  p.mask[w][i] = (uint8_t)m;
+}
+
+__global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __grid_constant__ wq_params p) {
+  const int64_t b = blockIdx.x, H3 = p.H3;
+  if (b < 2 * H3) {   /* row j of W (w = 0) or R (w = 1) */
+    const int w = b < H3 ? 0 : 1;
+    const int64_t j = b - w * H3, cols = p.cols[w];
     const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
-    int m;
-    const int64_t code = qg_quant_real((double)p.src[w][i], q, &m);
-    p.codes[w][i] = (int32_t)code;
-    p.fq[w][i] = (float)qg_deq(code, q);
-    p.mask[w][i] = (uint8_t)m;
+    for (int64_t k = threadIdx.x; k < cols; k += WQ_THREADS) wq_element(p, w, q, j * cols + k);
+    return;
   }
+  const int64_t e = (b - 2 * H3) * WQ_THREADS + threadIdx.x;   /* bias element e of bx, then br */
+  if (e >= 2 * H3) return;
+  const int w = e < H3 ? QG_W_BX : QG_W_BR;
+  const int64_t j = e < H3 ? e : e - H3;
+  wq_element(p, w, qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]), j);
 }
 
 extern "C" qg_status qg_cuda_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                                       const qg_tensor *bx, const qg_tensor *br) {
   const qg_tensor *src[QG_W_NUM] = {W, R, bx, br};
+  static_assert(QG_W_W == 0 && QG_W_R == 1 && QG_W_BX == 2 && QG_W_BR == 3 && QG_W_NUM == 4, "the kernel's block order");
   wq_params p;
-  int64_t total = 0;
   for (int w = 0; w < QG_W_NUM; w++) {
     p.src[w] = (const float *)src[w]->data;
     p.codes[w] = g->codes[w]; p.fq[w] = g->fq[w]; p.mask[w] = g->mask[w];
     p.exps[w] = g->w_exp[w]; p.zps[w] = g->w_zp[w];
     p.bits[w] = g->w_bits[w]; p.uns[w] = g->w_unsigned[w];
     p.cols[w] = qg_int_gru_weight_cols(g, w);
-    total += 3 * g->H * p.cols[w];
-    p.end[w] = total;
   }
-  const unsigned blocks = qg_cuda_blocks(total, 256) < 4096 ? qg_cuda_blocks(total, 256) : 4096;
-  quantize_weights_kernel<<<blocks, 256, 0, qg_cuda_stream(ctx)>>>(p);
+  p.H3 = 3 * g->H;
+  if (p.H3 == 0) return QG_OK;
+  const int64_t blocks = 2 * p.H3 + qg_cuda_blocks(2 * p.H3, WQ_THREADS);
+  quantize_weights_kernel<<<(unsigned)blocks, WQ_THREADS, 0, qg_cuda_stream(ctx)>>>(p);
   return qg_cuda_launched(ctx, "qg_int_gru_quantize_weights");
 }
 
@@ -337,22 +356,55 @@ struct planes_job {
   int64_t *off, *bconst;
 };
 
-/* Blocks [0, na) do job a (W), the others job b (R). */
+/* Blocks [0, na) do job a (W), the others job b (R). Where K and Kp are multiples of 4 and the
+ * codes 16-byte aligned (every shape of the benchmarks), a thread takes 4 consecutive columns per
+ * iteration (one 16-byte load, 4-byte plane stores; one column at a time with 64-bit indices it
+ * took 17 us at the large shape, H200): the same planes and sums. */
+__device__ __forceinline__ uint32_t planes_quad(const int4 &q4, const planes_job &p, uint32_t *hi, int64_t *sum) {
+  const int32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
+  uint32_t w0 = 0, w1 = 0;
+  int32_t s = 0;   /* |q - base - c0| < 2^17 (codes of at most 16 bits in planes) */
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    int8_t p0, p1;
+    split_planes(q[e], p.base, p.np, &p0, &p1);
+    w0 |= (uint32_t)(uint8_t)p0 << (8 * e);
+    w1 |= (uint32_t)(uint8_t)p1 << (8 * e);
+    s += q[e] - (int32_t)(p.base + p.c0);
+  }
+  *sum += s;
+  *hi = w1;
+  return w0;
+}
+
 __global__ void weight_planes_kernel(const __grid_constant__ planes_job a, const __grid_constant__ planes_job b, int64_t na) {
   __shared__ int64_t red[32];
   const bool first = blockIdx.x < na;
   const planes_job &p = first ? a : b;
   const int64_t j = first ? blockIdx.x : blockIdx.x - na;
   int64_t sum = 0;
-  for (int64_t k = threadIdx.x; k < p.Kp; k += blockDim.x) {
-    int8_t p0 = 0, p1 = 0;
-    if (j < p.rows && k < p.K) {
-      const int64_t q = p.codes[j * p.K + k];
-      split_planes(q, p.base, p.np, &p0, &p1);
-      sum += q - p.base - p.c0;
+  const bool v4 = p.K % 4 == 0 && p.Kp % 4 == 0 && ((uintptr_t)p.codes & 15) == 0 && ((uintptr_t)p.planes & 3) == 0;
+  if (v4) {
+    const bool row = j < p.rows;
+    const int32_t *cr = p.codes + j * p.K;
+    uint32_t *d0 = (uint32_t *)(p.planes + j * p.Kp), *d1 = (uint32_t *)(p.planes + (p.Mp + j) * p.Kp);
+    for (int64_t k = 4 * (int64_t)threadIdx.x; k < p.Kp; k += 4 * (int64_t)blockDim.x) {
+      uint32_t w0 = 0, w1 = 0;
+      if (row && k < p.K) w0 = planes_quad(*(const int4 *)(cr + k), p, &w1, &sum);
+      d0[k / 4] = w0;
+      if (p.np == 2) d1[k / 4] = w1;
     }
-    p.planes[j * p.Kp + k] = p0;
-    if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
+  } else {
+    for (int64_t k = threadIdx.x; k < p.Kp; k += blockDim.x) {
+      int8_t p0 = 0, p1 = 0;
+      if (j < p.rows && k < p.K) {
+        const int64_t q = p.codes[j * p.K + k];
+        split_planes(q, p.base, p.np, &p0, &p1);
+        sum += q - p.base - p.c0;
+      }
+      p.planes[j * p.Kp + k] = p0;
+      if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
+    }
   }
   sum = block_sum_i64(sum, red);
   if (threadIdx.x == 0) {

@@ -269,6 +269,41 @@ static void test_shifts(void) {
   CHECK(qg_requant(-10, 4, q, &m) == -2 && m == 1);        /* k = 2: -2.5 -> -2 */
 }
 
+/* qg_ldexp (a product by 2^e built from its bits) against libm's ldexp, bit for bit: signed zeros,
+ * subnormal inputs and results, overflow, infinities, NaN, both ends of the exponent range and the
+ * fallback beyond it, and pseudo-random values. */
+static int same_double(double a, double b) {
+  if (a != a || b != b) return a != a && b != b;
+  uint64_t ua, ub;
+  memcpy(&ua, &a, 8);
+  memcpy(&ub, &b, 8);
+  return ua == ub;
+}
+
+static void test_ldexp(void) {
+  const double xs[] = {0.0, -0.0, 1.0, -1.5, 3.0, 0.1, -1e-300, 2.2250738585072014e-308, 4.9406564584124654e-324,
+                       -1.2345e-310, 1.7976931348623157e308, -3.4028234663852886e38, 1.401298464324817e-45,
+                       INFINITY, -INFINITY, NAN};
+  const int es[] = {-1100, -1075, -1074, -1023, -1022, -1000, -150, -31, -1, 0, 1, 31, 150, 1000, 1023, 1024, 1100};
+  int bad = 0;
+  for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++)
+    for (size_t k = 0; k < sizeof es / sizeof es[0]; k++)
+      if (!same_double(qg_ldexp(xs[i], es[k]), ldexp(xs[i], es[k]))) {
+        if (bad++ < 5) fprintf(stderr, "qg_ldexp(%a, %d) = %a, ldexp %a\n", xs[i], es[k], qg_ldexp(xs[i], es[k]), ldexp(xs[i], es[k]));
+      }
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  for (int n = 0; n < 200000; n++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t bits = st ^ (st >> 29);
+    double x;
+    memcpy(&x, &bits, 8);
+    const int e = (int)((st >> 40) % 2301) - 1150;
+    if (!same_double(qg_ldexp(x, e), ldexp(x, e)) && bad++ < 5)
+      fprintf(stderr, "qg_ldexp(%a, %d) = %a, ldexp %a\n", x, e, qg_ldexp(x, e), ldexp(x, e));
+  }
+  CHECK(bad == 0);
+}
+
 /* Replays every file of <fuzz>/<kind>/<target>/ through the target; returns how many. */
 static int replay(const char *fuzz, const char *kind, const char *target) {
   char d[512];
@@ -311,6 +346,7 @@ int main(int argc, char **argv) {
   test_safetensors(ctx);
   test_nonfinite_and_rng(ctx);
   test_shifts();
+  test_ldexp();
   int seeds = 0, regressions = 0;
   for (int i = 0; qg_fuzz_target_names[i]; i++) {
     seeds += replay(argv[1], "corpus", qg_fuzz_target_names[i]);
