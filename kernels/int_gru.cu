@@ -280,13 +280,14 @@ __device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[N
 /* ================================ weight quantization ================================ */
 
 /* The four weights' codes, fake-quantized values and masks (QUANT_SPEC.md section 1, per output
- * channel j: qg_quant_real, qg_deq). One block of WQ_THREADS per row of W and of R (rows 3H each:
- * the row's quantizer made once, its elements strided over the threads), then blocks of
- * WQ_THREADS bias elements (one channel each). The earlier grid-stride loop over all elements
- * found each element's weight and channel by a search and a 64-bit division, and took ldexp's
- * general path twice per element: 31 us at T100 N256 C512 H1024 (H200, ncu), a third of the
- * integer inference's work outside the recurrence. */
-enum { WQ_THREADS = 256 };
+ * channel j: qg_quant_real, qg_deq). A warp per row of W and of R (rows 3H each: the row's
+ * quantizer made once; rows strided over the first row_blocks blocks' warps), each lane WQ_VEC
+ * 16-byte loads in flight at once where the row allows (v4: cols % 4 == 0, the arrays aligned),
+ * then blocks of WQ_THREADS bias elements (one channel each). The first version (a grid-stride
+ * loop over all elements that found each element's weight and channel by a search and a 64-bit
+ * division, with ldexp's general path twice per element) took 31 us at T100 N256 C512 H1024
+ * (H200, ncu); a block per row, 23 us. */
+enum { WQ_THREADS = 256, WQ_VEC = 4 };
 
 struct wq_params {
   const float *src[QG_W_NUM];
@@ -295,8 +296,9 @@ struct wq_params {
   uint8_t *mask[QG_W_NUM];
   const int32_t *exps[QG_W_NUM], *zps[QG_W_NUM];
   int bits[QG_W_NUM], uns[QG_W_NUM];
+  int v4[2];                /* W, R: rows as 16-byte vectors */
   int64_t cols[QG_W_NUM];   /* W: C, R: H, the biases 1 (qg_int_gru_weight_cols) */
-  int64_t H3;
+  int64_t H3, row_blocks;
 };
 
 __device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
@@ -308,25 +310,62 @@ __device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_q
 }
 
 __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __grid_constant__ wq_params p) {
-  const int64_t b = blockIdx.x, H3 = p.H3;
-  if (b < 2 * H3) {   /* row j of W (w = 0) or R (w = 1) */
-    const int w = b < H3 ? 0 : 1;
-    const int64_t j = b - w * H3, cols = p.cols[w];
-    const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
-    for (int64_t k = threadIdx.x; k < cols; k += WQ_THREADS) wq_element(p, w, q, j * cols + k);
+  const int64_t H3 = p.H3;
+  if ((int64_t)blockIdx.x < p.row_blocks) {   /* row r: W's row r (r < 3H) or R's row r - 3H */
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = p.row_blocks * (WQ_THREADS / 32);
+    for (int64_t r = blockIdx.x * (int64_t)(WQ_THREADS / 32) + (threadIdx.x >> 5); r < 2 * H3; r += warps) {
+      const int w = r < H3 ? 0 : 1;
+      const int64_t j = r - w * H3, cols = p.cols[w], i0 = j * cols;
+      const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
+      if (!p.v4[w]) {
+        for (int64_t c = lane; c < cols; c += 32) wq_element(p, w, q, i0 + c);
+        continue;
+      }
+      for (int64_t c0 = 4 * (int64_t)lane; c0 < cols; c0 += 4 * 32 * WQ_VEC) {
+        float4 v[WQ_VEC];
+#pragma unroll
+        for (int u = 0; u < WQ_VEC; u++) {   /* every load of the lane first */
+          const int64_t c = c0 + u * 4 * 32;
+          v[u] = c < cols ? *(const float4 *)(p.src[w] + i0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < WQ_VEC; u++) {
+          const int64_t c = c0 + u * 4 * 32;
+          if (c >= cols) break;
+          const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+          int32_t k[4];
+          float f[4];
+          uint32_t mw = 0;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            int m;
+            const int64_t code = qg_quant_real((double)x[e], q, &m);
+            k[e] = (int32_t)code;
+            f[e] = (float)qg_deq(code, q);
+            mw |= (uint32_t)m << (8 * e);
+          }
+          *(int4 *)(p.codes[w] + i0 + c) = make_int4(k[0], k[1], k[2], k[3]);
+          *(float4 *)(p.fq[w] + i0 + c) = make_float4(f[0], f[1], f[2], f[3]);
+          *(uint32_t *)(p.mask[w] + i0 + c) = mw;
+        }
+      }
+    }
     return;
   }
-  const int64_t e = (b - 2 * H3) * WQ_THREADS + threadIdx.x;   /* bias element e of bx, then br */
+  const int64_t e = ((int64_t)blockIdx.x - p.row_blocks) * WQ_THREADS + threadIdx.x;   /* bias element e of bx, then br */
   if (e >= 2 * H3) return;
   const int w = e < H3 ? QG_W_BX : QG_W_BR;
   const int64_t j = e < H3 ? e : e - H3;
   wq_element(p, w, qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]), j);
 }
 
+static int aligned16(const void *a) { return ((uintptr_t)a & 15) == 0; }
+
 extern "C" qg_status qg_cuda_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g, const qg_tensor *W, const qg_tensor *R,
                                                       const qg_tensor *bx, const qg_tensor *br) {
   const qg_tensor *src[QG_W_NUM] = {W, R, bx, br};
-  static_assert(QG_W_W == 0 && QG_W_R == 1 && QG_W_BX == 2 && QG_W_BR == 3 && QG_W_NUM == 4, "the kernel's block order");
+  static_assert(QG_W_W == 0 && QG_W_R == 1 && QG_W_BX == 2 && QG_W_BR == 3 && QG_W_NUM == 4, "the kernel's row order");
   wq_params p;
   for (int w = 0; w < QG_W_NUM; w++) {
     p.src[w] = (const float *)src[w]->data;
@@ -334,10 +373,14 @@ extern "C" qg_status qg_cuda_int_gru_quantize_weights(qg_ctx *ctx, qg_int_gru *g
     p.exps[w] = g->w_exp[w]; p.zps[w] = g->w_zp[w];
     p.bits[w] = g->w_bits[w]; p.uns[w] = g->w_unsigned[w];
     p.cols[w] = qg_int_gru_weight_cols(g, w);
+    if (w < 2)
+      p.v4[w] = p.cols[w] % 4 == 0 && aligned16(p.src[w]) && aligned16(p.codes[w]) && aligned16(p.fq[w]) && ((uintptr_t)p.mask[w] & 3) == 0;
   }
   p.H3 = 3 * g->H;
   if (p.H3 == 0) return QG_OK;
-  const int64_t blocks = 2 * p.H3 + qg_cuda_blocks(2 * p.H3, WQ_THREADS);
+  const int64_t need = (2 * p.H3 + WQ_THREADS / 32 - 1) / (WQ_THREADS / 32), cap = 8 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1);
+  p.row_blocks = need < cap ? need : cap;
+  const int64_t blocks = p.row_blocks + qg_cuda_blocks(2 * p.H3, WQ_THREADS);
   quantize_weights_kernel<<<(unsigned)blocks, WQ_THREADS, 0, qg_cuda_stream(ctx)>>>(p);
   return qg_cuda_launched(ctx, "qg_int_gru_quantize_weights");
 }
@@ -356,10 +399,11 @@ struct planes_job {
   int64_t *off, *bconst;
 };
 
-/* Blocks [0, na) do job a (W), the others job b (R). Where K and Kp are multiples of 4 and the
- * codes 16-byte aligned (every shape of the benchmarks), a thread takes 4 consecutive columns per
- * iteration (one 16-byte load, 4-byte plane stores; one column at a time with 64-bit indices it
- * took 17 us at the large shape, H200): the same planes and sums. */
+/* A warp per row (rows strided over the grid's warps): rows [0, na) of job a (W), then rows
+ * [0, nb) of job b (R). Where K and Kp are multiples of 4 and the codes 16-byte aligned (every
+ * shape of the benchmarks), each lane takes 4 consecutive columns per vector, WQ_VEC vectors in
+ * flight at once (16-byte loads, 4-byte plane stores; a block per row, one column per thread and
+ * trip, took 17 us at the large shape, H200): the same planes and sums. */
 __device__ __forceinline__ uint32_t planes_quad(const int4 &q4, const planes_job &p, uint32_t *hi, int64_t *sum) {
   const int32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
   uint32_t w0 = 0, w1 = 0;
@@ -377,40 +421,55 @@ __device__ __forceinline__ uint32_t planes_quad(const int4 &q4, const planes_job
   return w0;
 }
 
-__global__ void weight_planes_kernel(const __grid_constant__ planes_job a, const __grid_constant__ planes_job b, int64_t na) {
-  __shared__ int64_t red[32];
-  const bool first = blockIdx.x < na;
-  const planes_job &p = first ? a : b;
-  const int64_t j = first ? blockIdx.x : blockIdx.x - na;
-  int64_t sum = 0;
-  const bool v4 = p.K % 4 == 0 && p.Kp % 4 == 0 && ((uintptr_t)p.codes & 15) == 0 && ((uintptr_t)p.planes & 3) == 0;
-  if (v4) {
-    const bool row = j < p.rows;
-    const int32_t *cr = p.codes + j * p.K;
-    uint32_t *d0 = (uint32_t *)(p.planes + j * p.Kp), *d1 = (uint32_t *)(p.planes + (p.Mp + j) * p.Kp);
-    for (int64_t k = 4 * (int64_t)threadIdx.x; k < p.Kp; k += 4 * (int64_t)blockDim.x) {
-      uint32_t w0 = 0, w1 = 0;
-      if (row && k < p.K) w0 = planes_quad(*(const int4 *)(cr + k), p, &w1, &sum);
-      d0[k / 4] = w0;
-      if (p.np == 2) d1[k / 4] = w1;
-    }
-  } else {
-    for (int64_t k = threadIdx.x; k < p.Kp; k += blockDim.x) {
-      int8_t p0 = 0, p1 = 0;
-      if (j < p.rows && k < p.K) {
-        const int64_t q = p.codes[j * p.K + k];
-        split_planes(q, p.base, p.np, &p0, &p1);
-        sum += q - p.base - p.c0;
+__global__ void __launch_bounds__(WQ_THREADS) weight_planes_kernel(const __grid_constant__ planes_job a, const __grid_constant__ planes_job b,
+                                                                   int64_t na, int64_t nb) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * (WQ_THREADS / 32);
+  for (int64_t rr = blockIdx.x * (int64_t)(WQ_THREADS / 32) + (threadIdx.x >> 5); rr < na + nb; rr += warps) {
+    const bool first = rr < na;
+    const planes_job &p = first ? a : b;
+    const int64_t j = first ? rr : rr - na;
+    int64_t sum = 0;
+    const bool v4 = p.K % 4 == 0 && p.Kp % 4 == 0 && ((uintptr_t)p.codes & 15) == 0 && ((uintptr_t)p.planes & 3) == 0;
+    if (v4) {
+      const bool row = j < p.rows;
+      const int32_t *cr = p.codes + j * p.K;
+      uint32_t *d0 = (uint32_t *)(p.planes + j * p.Kp), *d1 = (uint32_t *)(p.planes + (p.Mp + j) * p.Kp);
+      for (int64_t k0 = 4 * (int64_t)lane; k0 < p.Kp; k0 += 4 * 32 * WQ_VEC) {
+        int4 c[WQ_VEC];
+#pragma unroll
+        for (int u = 0; u < WQ_VEC; u++) {   /* every load of the lane first */
+          const int64_t k = k0 + u * 4 * 32;
+          c[u] = row && k < p.K ? *(const int4 *)(cr + k) : make_int4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < WQ_VEC; u++) {
+          const int64_t k = k0 + u * 4 * 32;
+          if (k >= p.Kp) break;
+          uint32_t w0 = 0, w1 = 0;
+          if (row && k < p.K) w0 = planes_quad(c[u], p, &w1, &sum);
+          d0[k / 4] = w0;
+          if (p.np == 2) d1[k / 4] = w1;
+        }
       }
-      p.planes[j * p.Kp + k] = p0;
-      if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
+    } else {
+      for (int64_t k = lane; k < p.Kp; k += 32) {
+        int8_t p0 = 0, p1 = 0;
+        if (j < p.rows && k < p.K) {
+          const int64_t q = p.codes[j * p.K + k];
+          split_planes(q, p.base, p.np, &p0, &p1);
+          sum += q - p.base - p.c0;
+        }
+        p.planes[j * p.Kp + k] = p0;
+        if (p.np == 2) p.planes[(p.Mp + j) * p.Kp + k] = p1;
+      }
     }
-  }
-  sum = block_sum_i64(sum, red);
-  if (threadIdx.x == 0) {
-    const int64_t o = j < p.rows ? p.c0 + p.base - p.zp[j] : 0;
-    p.off[j] = o;
-    p.bconst[j] = j < p.rows ? p.offB * sum + p.K * o * p.offB : 0;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+      const int64_t o = j < p.rows ? p.c0 + p.base - p.zp[j] : 0;
+      p.off[j] = o;
+      p.bconst[j] = j < p.rows ? p.offB * sum + p.K * o * p.offB : 0;
+    }
   }
 }
 
@@ -484,12 +543,14 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
   }
 }
 
-/* x_quant_kernel without an observer for one int8 plane, C % 4 == 0 and x 16-byte aligned:
- * blocks of XQ4_THREADS threads, one row each, eight columns per thread and iteration (two
- * 16-byte loads of x issued together, then 4-byte stores of the plane and the masks and 16-byte
- * stores of the codes); xq / xm NULL (inference: nothing reads them) skip those stores. The same
- * codes, planes and sums as x_quant_kernel (qg_quant_real per element). */
-enum { XQ4_THREADS = 64 };
+/* x_quant_kernel without an observer for one int8 plane, C % 4 == 0 and x 16-byte aligned: a
+ * warp per row (rows strided over the grid's warps), each lane XQ4_VEC 16-byte loads of x in
+ * flight at once, then 4-byte stores of the plane and the masks and 16-byte stores of the codes;
+ * xq / xm NULL (inference: nothing reads them) skip those stores. The same codes, planes and sums
+ * as x_quant_kernel (qg_quant_real per element). (A block of 64 threads per row, two loads each,
+ * took 31 us at T100 N256 C512 on an H200: six waves of one round trip each.) The blocks from
+ * row_blocks on quantize h0. */
+enum { XQ4_THREADS = 256, XQ4_VEC = 4 };
 
 __device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64_t base, int64_t c0, int32_t *xq, uint8_t *xm, int32_t *sum) {
   if (!in) return 0;
@@ -512,27 +573,33 @@ __device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64
 
 __global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__restrict__ x, int64_t TN, int64_t C, qg_qp QX,
                                                                int32_t *xq, uint8_t *xm, int64_t base, int64_t c0, int64_t Kp,
-                                                               int8_t *planes, int64_t *S, int64_t nrows, const __grid_constant__ h0_job hj) {
-  __shared__ int64_t red[32];
-  if ((int64_t)blockIdx.x >= nrows) { h0_part<0>(hj, blockIdx.x - nrows, NULL, NULL); return; }
-  const int64_t r = blockIdx.x;
-  const bool row = r < TN;
-  int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
-  for (int64_t k0 = 4 * (int64_t)threadIdx.x; k0 < Kp; k0 += 8 * XQ4_THREADS) {
-    const int64_t k1 = k0 + 4 * XQ4_THREADS;
-    const bool in0 = row && k0 < C, in1 = row && k1 < C;
-    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
-    if (in0) v0 = *(const float4 *)(x + r * C + k0);
-    if (in1) v1 = *(const float4 *)(x + r * C + k1);
-    const uint32_t p0 = xq4_quad(v0, in0, QX, base, c0, xq ? xq + r * C + k0 : NULL, xm ? xm + r * C + k0 : NULL, &sum);
-    *(uint32_t *)(planes + r * Kp + k0) = p0;
-    if (k1 < Kp) {
-      const uint32_t p1 = xq4_quad(v1, in1, QX, base, c0, xq ? xq + r * C + k1 : NULL, xm ? xm + r * C + k1 : NULL, &sum);
-      *(uint32_t *)(planes + r * Kp + k1) = p1;
+                                                               int8_t *planes, int64_t *S, int64_t nrows, int64_t row_blocks,
+                                                               const __grid_constant__ h0_job hj) {
+  if ((int64_t)blockIdx.x >= row_blocks) { h0_part<0>(hj, blockIdx.x - row_blocks, NULL, NULL); return; }
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = row_blocks * (XQ4_THREADS / 32);
+  for (int64_t r = blockIdx.x * (int64_t)(XQ4_THREADS / 32) + (threadIdx.x >> 5); r < nrows; r += warps) {
+    const bool row = r < TN;
+    int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
+    for (int64_t k0 = 4 * (int64_t)lane; k0 < Kp; k0 += 4 * 32 * XQ4_VEC) {
+      float4 v[XQ4_VEC];
+#pragma unroll
+      for (int u = 0; u < XQ4_VEC; u++) {   /* every load of the lane first */
+        const int64_t k = k0 + u * 4 * 32;
+        v[u] = row && k < C ? *(const float4 *)(x + r * C + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < XQ4_VEC; u++) {
+        const int64_t k = k0 + u * 4 * 32;
+        if (k >= Kp) break;
+        const bool in = row && k < C;
+        *(uint32_t *)(planes + r * Kp + k) =
+            xq4_quad(v[u], in, QX, base, c0, in && xq ? xq + r * C + k : NULL, in && xm ? xm + r * C + k : NULL, &sum);
+      }
     }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) S[r] = sum;
   }
-  const int64_t tot = block_sum_i64(sum, red);
-  if (threadIdx.x == 0) S[r] = tot;
 }
 
 /* matmul.Wx codes and masks from an fp64 accumulator [TN, 3H] (exact integers, or simulated). */
@@ -1709,8 +1776,11 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       blocks[nj] = H3;
       jobs[nj++] = r;
     }
-    if (nj > 0)
-      weight_planes_kernel<<<(unsigned)(blocks[0] + blocks[1]), 128, 0, st>>>(jobs[0], jobs[nj - 1], blocks[0]);
+    if (nj > 0) {   /* a warp per row, at most 8 blocks of 8 warps per multiprocessor */
+      const int64_t need = (blocks[0] + blocks[1] + WQ_THREADS / 32 - 1) / (WQ_THREADS / 32),
+                    cap = 8 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1);
+      weight_planes_kernel<<<(unsigned)(need < cap ? need : cap), WQ_THREADS, 0, st>>>(jobs[0], jobs[nj - 1], blocks[0], blocks[1]);
+    }
   }
   if (!wx_mma)
     weight_centered_kernel<<<qg_cuda_blocks(H3 * C, 256) < 4096 ? qg_cuda_blocks(H3 * C, 256) : 4096, 256, 0, st>>>(
@@ -1729,15 +1799,18 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     h0_job hj = {h0 ? (const float *)h0->data : NULL, NH, QH, hq0};
     const int vec4 = !obs && wx_mma && xpl.n == 1 && C % 4 == 0 && ((uintptr_t)x->data & 15) == 0 && (!xq || ((uintptr_t)xq & 15) == 0) &&
                      (!xm || ((uintptr_t)xm & 3) == 0);
-    if (vec4)
-      x_quant4_kernel<<<(unsigned)(rows + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>(
-          (const float *)x->data, TN, C, QX, xq, xm, xpl.base, xpl.c0, KpX, Xp, SX, rows, hj);
-    else if (obs)
+    if (vec4) {   /* rows strided over at most 8 blocks of 8 warps per multiprocessor */
+      const int64_t need = (rows + XQ4_THREADS / 32 - 1) / (XQ4_THREADS / 32), cap = 8 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1);
+      const int64_t rb = need < cap ? need : cap;
+      x_quant4_kernel<<<(unsigned)(rb + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>(
+          (const float *)x->data, TN, C, QX, xq, xm, xpl.base, xpl.c0, KpX, Xp, SX, rows, rb, hj);
+    } else if (obs) {
       x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
                                                                        xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
-    else
+    } else {
       x_quant_kernel<0><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
                                                                        xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
+    }
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
   if (TN > 0) {

@@ -108,20 +108,36 @@ __global__ void channel_minmax_quant_kernel(const __grid_constant__ minmax_quant
   while (gr >= p.row0[j + 1]) j++;
   const int64_t r = gr - p.row0[j], cols = p.cols[j];
   const float *w = p.w[j] + r * cols;
-  double mn = INFINITY, mx = -INFINITY;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const double v = (double)w[c];
-    if (v < mn) mn = v;
-    if (v > mx) mx = v;
+  /* min and max in float (exact, and float to double is monotonic: the same values as in double),
+   * comparisons that skip NaN; where the row is 16-byte aligned and cols % 4 == 0 (weights of
+   * the benchmarks), four 16-byte loads per lane in flight at once (a 4-byte load per trip took
+   * 10.7 us for a large layer's W and R, H200) */
+  float mn = INFINITY, mx = -INFINITY;
+  auto take = [&](float v) {
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  };
+  if (cols % 4 == 0 && ((uintptr_t)w & 15) == 0) {
+    const int64_t c4 = cols / 4;
+    const float4 *w4 = (const float4 *)w;
+    for (int64_t c = lane; c < c4; c += 4 * 32) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) v[u] = c + u * 32 < c4 ? w4[c + u * 32] : make_float4(NAN, NAN, NAN, NAN);
+#pragma unroll
+      for (int u = 0; u < 4; u++) { take(v[u].x); take(v[u].y); take(v[u].z); take(v[u].w); }
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += 32) take(w[c]);
   }
   for (int o = 16; o > 0; o >>= 1) {
-    const double a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
+    const float a = __shfl_down_sync(0xffffffffu, mn, o), b = __shfl_down_sync(0xffffffffu, mx, o);
     mn = a < mn ? a : mn;
     mx = b > mx ? b : mx;
   }
   if (lane == 0) {
     if (!(mn <= mx)) mn = mx = 0;   /* a row of NaNs: degenerate */
-    qg_minmax_rule(mn, mx, p.bits[j], p.sym[j], p.uns[j], p.exps[j] + r, p.zps[j] + r);
+    qg_minmax_rule((double)mn, (double)mx, p.bits[j], p.sym[j], p.uns[j], p.exps[j] + r, p.zps[j] + r);
   }
 }
 
