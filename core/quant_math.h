@@ -67,6 +67,47 @@ QG_HD int64_t qg_quant_real(double x, qg_qp q, int *m) {
 
 QG_HD double qg_deq(int64_t code, qg_qp q) { return qg_ldexp((double)(code - q.z), -q.e); }
 
+/* 2^e as a float for e in [-126, 127] (a normal float, exact). */
+QG_HD float qg_pow2f(int e) {
+#ifdef __CUDA_ARCH__
+  return __int_as_float((127 + e) << 23);
+#else
+  const uint32_t u = (uint32_t)(127 + e) << 23;
+  float p;
+  memcpy(&p, &u, sizeof p);
+  return p;
+#endif
+}
+
+/* qg_quant_real((double)x, q, m) for a float x, in float arithmetic where that gives the same
+ * code and mask (the kernels that quantize whole tensors, where double arithmetic cost half their
+ * time): x 2^e is exact in float wherever it is normal, so rintf rounds the same exact value half
+ * to even; where it overflows (inf) or underflows (|x 2^e| < 2^-126, rounding to 0 either way) the
+ * clamps and the code are those of the double path; the sum with z and the clamps in 64-bit
+ * integers are exact. Exponents outside [-126, 127] take the double path. tests/c/test_loaders.c
+ * compares the two over every grid width, exponent range and special value. */
+QG_HD int64_t qg_quant_f32(float x, qg_qp q, int *m) {
+  if (q.e < -126 || q.e > 127) return qg_quant_real((double)x, q, m);
+  const float r = rintf(x * qg_pow2f(q.e));
+  if (!(r == r)) { *m = 0; return q.z; }   /* NaN: the code of zero, masked */
+  if (r < -0x1p62f || r > 0x1p62f) { *m = 0; return r < 0 ? q.qmin : q.qmax; }   /* beyond every grid */
+  const int64_t v = (int64_t)r + q.z;
+  if (v < q.qmin) { *m = 0; return q.qmin; }
+  if (v > q.qmax) { *m = 0; return q.qmax; }
+  *m = 1;
+  return v;
+}
+
+/* (float)qg_deq(code, q) in float arithmetic where it is exact: |code - z| < 2^24 (exact in float)
+ * times 2^-e (a normal float for e in [-127, 126]) is exact unless the product leaves float's
+ * normal range, which the double path would then round to float the same way only where it is
+ * normal: so float only where |code - z| 2^-e is within [2^-126, 2^127) or zero. */
+QG_HD float qg_deq_f32(int64_t code, qg_qp q) {
+  const int64_t c = code - q.z;
+  if (c > -(1 << 24) && c < (1 << 24) && q.e >= -100 && q.e <= 100) return (float)c * qg_pow2f(-q.e);
+  return (float)qg_deq(code, q);
+}
+
 /* v / 2^k rounded half to even, k >= 1 (arithmetic on 128 bits). */
 QG_HD qg_i128 qg_rshift_rne(qg_i128 v, int k) {
   if (k >= 126) return 0;   /* |v| < 2^100 in every caller: the quotient rounds to 0 */

@@ -280,13 +280,14 @@ __device__ __forceinline__ void rh_k32(int32_t (&acc)[3][NT][4], int32_t (&rs)[N
 /* ================================ weight quantization ================================ */
 
 /* The four weights' codes, fake-quantized values and masks (QUANT_SPEC.md section 1, per output
- * channel j: qg_quant_real, qg_deq). A warp per row of W and of R (rows 3H each: the row's
- * quantizer made once; rows strided over the first row_blocks blocks' warps), each lane WQ_VEC
- * 16-byte loads in flight at once where the row allows (v4: cols % 4 == 0, the arrays aligned),
- * then blocks of WQ_THREADS bias elements (one channel each). The first version (a grid-stride
- * loop over all elements that found each element's weight and channel by a search and a 64-bit
- * division, with ldexp's general path twice per element) took 31 us at T100 N256 C512 H1024
- * (H200, ncu); a block per row, 23 us. */
+ * channel j: qg_quant_f32 and qg_deq_f32, which give qg_quant_real's and qg_deq's values in float
+ * arithmetic). A warp per row of W and of R (rows 3H each: the row's quantizer made once; rows
+ * strided over the first row_blocks blocks' warps), each lane WQ_VEC 16-byte loads in flight at
+ * once where the row allows (v4: cols % 4 == 0, the arrays aligned), then blocks of WQ_THREADS
+ * bias elements (one channel each). The first version (a grid-stride loop over all elements that
+ * found each element's weight and channel by a search and a 64-bit division, with ldexp's general
+ * path twice per element) took 31 us at T100 N256 C512 H1024 (H200, ncu); a warp per row with
+ * double arithmetic, 21 us. */
 enum { WQ_THREADS = 256, WQ_VEC = 4 };
 
 struct wq_params {
@@ -303,9 +304,9 @@ struct wq_params {
 
 __device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
   int m;
-  const int64_t code = qg_quant_real((double)p.src[w][i], q, &m);
+  const int64_t code = qg_quant_f32(p.src[w][i], q, &m);
   p.codes[w][i] = (int32_t)code;
-  p.fq[w][i] = (float)qg_deq(code, q);
+  p.fq[w][i] = qg_deq_f32(code, q);
   p.mask[w][i] = (uint8_t)m;
 }
 
@@ -340,9 +341,9 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             int m;
-            const int64_t code = qg_quant_real((double)x[e], q, &m);
+            const int64_t code = qg_quant_f32(x[e], q, &m);
             k[e] = (int32_t)code;
-            f[e] = (float)qg_deq(code, q);
+            f[e] = qg_deq_f32(code, q);
             mw |= (uint32_t)m << (8 * e);
           }
           *(int4 *)(p.codes[w] + i0 + c) = make_int4(k[0], k[1], k[2], k[3]);
@@ -547,8 +548,9 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
  * warp per row (rows strided over the grid's warps), each lane XQ4_VEC 16-byte loads of x in
  * flight at once, then 4-byte stores of the plane and the masks and 16-byte stores of the codes;
  * xq / xm NULL (inference: nothing reads them) skip those stores. The same codes, planes and sums
- * as x_quant_kernel (qg_quant_real per element). (A block of 64 threads per row, two loads each,
- * took 31 us at T100 N256 C512 on an H200: six waves of one round trip each.) The blocks from
+ * as x_quant_kernel (qg_quant_f32 per element: qg_quant_real's codes in float arithmetic). (A
+ * block of 64 threads per row, two loads each, took 31 us at T100 N256 C512 on an H200: six waves
+ * of one round trip each; a warp per row with double arithmetic, 28 us.) The blocks from
  * row_blocks on quantize h0. */
 enum { XQ4_THREADS = 256, XQ4_VEC = 4 };
 
@@ -560,7 +562,7 @@ __device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64
 #pragma unroll
   for (int e = 0; e < 4; e++) {
     int m;
-    q[e] = (int32_t)qg_quant_real((double)v[e], QX, &m);
+    q[e] = (int32_t)qg_quant_f32(v[e], QX, &m);
     mw |= (uint32_t)m << (8 * e);
     const int32_t rr = q[e] - (int32_t)base;
     pw |= ((uint32_t)rr & 255u) << (8 * e);

@@ -304,6 +304,44 @@ static void test_ldexp(void) {
   CHECK(bad == 0);
 }
 
+/* qg_quant_f32 and qg_deq_f32 (float arithmetic) against qg_quant_real and qg_deq (double): the
+ * same code, mask and value for every grid width 1..32, signed and unsigned, zero points across
+ * the grid, exponents -150..150, over special values (signed zeros, subnormals, halfway points,
+ * the largest float, infinities, NaN) and pseudo-random floats of every binade. */
+static void test_quant_f32(void) {
+  const float sp[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 0.49999997f, 1e-45f, -1.1754942e-38f, 1.1754944e-38f,
+                      3.4028235e38f, -3.4028235e38f, 65504.0f, 8388607.5f, 16777217.0f, INFINITY, -INFINITY, NAN};
+  int bad = 0;
+  uint64_t st = 0x243f6a8885a308d3ull;
+  for (int bits = 1; bits <= 32; bits++)
+    for (int uns = 0; uns < 2; uns++)
+      for (int e = -150; e <= 150; e += (e > -40 && e < 40) ? 1 : 7) {
+        const qg_qp g = qg_qp_make(bits, uns, 0, 0);
+        const int64_t zs[3] = {0, g.qmin + (g.qmax - g.qmin) / 3, g.qmax};
+        for (int zi = 0; zi < 3; zi++) {
+          const qg_qp q = qg_qp_make(bits, uns, e, (int32_t)zs[zi]);
+          for (int n = 0; n < (int)(sizeof sp / sizeof sp[0]) + 64; n++) {
+            float x;
+            if (n < (int)(sizeof sp / sizeof sp[0])) {
+              x = sp[n];
+            } else {
+              st = st * 6364136223846793005ull + 1442695040888963407ull;
+              const uint32_t b = (uint32_t)(st >> 32);
+              memcpy(&x, &b, 4);
+              if (n % 2) x = ldexpf((float)((int32_t)(st >> 8) % 4096) * 0.5f, -e);   /* near the grid, halfway points */
+            }
+            int m1 = -1, m2 = -1;
+            const int64_t c1 = qg_quant_f32(x, q, &m1), c2 = qg_quant_real((double)x, q, &m2);
+            const float d1 = qg_deq_f32(c2, q), d2 = (float)qg_deq(c2, q);
+            if ((c1 != c2 || m1 != m2 || !same_double(d1, d2)) && bad++ < 5)
+              fprintf(stderr, "bits %d uns %d e %d z %d x %a: f32 %lld/%d/%a double %lld/%d/%a\n", bits, uns, e, q.z, x, (long long)c1, m1, d1,
+                      (long long)c2, m2, d2);
+          }
+        }
+      }
+  CHECK(bad == 0);
+}
+
 /* Replays every file of <fuzz>/<kind>/<target>/ through the target; returns how many. */
 static int replay(const char *fuzz, const char *kind, const char *target) {
   char d[512];
@@ -347,6 +385,7 @@ int main(int argc, char **argv) {
   test_nonfinite_and_rng(ctx);
   test_shifts();
   test_ldexp();
+  test_quant_f32();
   int seeds = 0, regressions = 0;
   for (int i = 0; qg_fuzz_target_names[i]; i++) {
     seeds += replay(argv[1], "corpus", qg_fuzz_target_names[i]);
