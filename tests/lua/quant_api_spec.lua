@@ -297,6 +297,19 @@ describe("calibration methods vs brute force over the same cost", function()
     assert.are.same({ 6, 7, 8 }, exps:totable())
   end)
 
+  -- the symmetric 8-bit minmax rule per row of a [12, 3] weight: the largest e with max|row| 2^e <= 127
+  local function minmax_exps(W)
+    local want = {}
+    for r = 1, 12 do
+      local m = 0
+      for c = 1, 3 do m = math.max(m, math.abs(W:get(r, c))) end
+      local e = 31
+      while e > -31 and m * 2 ^ e > 127 do e = e - 1 end
+      want[r] = e
+    end
+    return want
+  end
+
   it("tracked weight quantizers describe the weights of the last forward, and q.exps shows them", function()
     qgru.seed(5)
     local gru = nn.GRU(3, 4)
@@ -306,17 +319,25 @@ describe("calibration methods vs brute force over the same cost", function()
     W:narrow(1, 1, 1):mul(64)   -- row 0 grows 64x: its exponent drops by 6
     gru:forward(qgru.zeros({ 5, 2, 3 }):uniform(-1, 1))
     local q = quant.get(gru, "l0.fwd.weight.W")
-    -- reference: the largest e with max|row| * 2^e <= 127
-    local want = {}
-    for r = 1, 12 do
-      local m = 0
-      for c = 1, 3 do m = math.max(m, math.abs(W:get(r, c))) end
-      local e = 31
-      while e > -31 and m * 2 ^ e > 127 do e = e - 1 end
-      want[r] = e
-    end
+    local want = minmax_exps(W)
     assert.are.same(want, q.exps:totable())
     assert.are.same(want, (q:get()))
+  end)
+
+  it("a tracked weight quantizer whose recorded method is no calibration method re-derives by the minmax rule", function()
+    -- the recorded method is whatever set (e, z) last: "set", "pinned", or any string a checkpoint
+    -- holds (quant.setState takes any string; the fuzzer's regression
+    -- checkpoint-weight-method-empty-nil-in-calibrate had "" and the forward raised)
+    qgru.seed(5)
+    local gru = nn.GRU(3, 4)
+    quant.prepare(gru, quant.uniform(8))
+    quant.calibrate(gru, { qgru.zeros({ 5, 2, 3 }):uniform(-1, 1) }, { method = "histogram" })
+    local q = quant.get(gru, "l0.fwd.weight.W")
+    q.method = ""
+    gru.weights[0][0].W:narrow(1, 2, 1):mul(16)
+    gru:forward(qgru.zeros({ 5, 2, 3 }):uniform(-1, 1))
+    assert.are.same(minmax_exps(gru.weights[0][0].W), q.exps:totable())
+    assert.are.equal("minmax", q.method)
   end)
 
   it("leaves fixed sigmoid/tanh output quantizers untouched", function()

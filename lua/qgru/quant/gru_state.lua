@@ -118,14 +118,18 @@ function LayerQuant:calibrateWeights(method, percentile)
   local wts = self.gru.weights[self.l][self.d]
   local specs = self._wspecs or ffi.new("qg_wcalib[?]", lib.QG_W_NUM)
   self._wspecs = specs
-  local any = false
+  local any, used = false, {}
   for i, q in ipairs(self.w) do
     local s = specs[i - 1]
     s.calibrate = 0
     if q:calibratable() and (self.gru.qstate.track_weights or not q.calibrated) then
-      local m = method or q.method or "minmax"
+      -- a quantizer's recorded method says how its (e, z) were last derived: a calibration method,
+      -- or "set", "pinned", whatever a checkpoint or qparams file wrote; only a calibration method
+      -- can derive them again, the others take the minmax rule
+      local m = method or (METHODS[q.method] and q.method) or "minmax"
       s.calibrate, s.bitwidth, s.is_symmetric, s.is_unsigned = 1, q.bitwidth, q.is_symmetric and 1 or 0, q.is_unsigned and 1 or 0
       s.method, s.percentile = METHODS[m], percentile or 99.99
+      used[i] = m
       any = true
     end
   end
@@ -134,7 +138,7 @@ function LayerQuant:calibrateWeights(method, percentile)
   self.gru:ccall(ctx, lib.qg_int_gru_calibrate_weights(ctx, self.handle, specs, wts.W.t, wts.R.t, wts.bx.t, wts.br.t))
   for i, q in ipairs(self.w) do
     if specs[i - 1].calibrate ~= 0 then
-      q.method = method or q.method or "minmax"
+      q.method = used[i]
       q.calibrated = true
       q:markDerived()
       if self.device == "cpu" then q:sync() end   -- nothing to wait for: the host tensors stay current
