@@ -79,13 +79,13 @@ QG_HD float qg_pow2f(int e) {
 #endif
 }
 
-/* qg_quant_real((double)x, q, m) for a float x, in float arithmetic where that gives the same
- * code and mask (the kernels that quantize whole tensors, where double arithmetic cost half their
- * time): x 2^e is exact in float wherever it is normal, so rintf rounds the same exact value half
- * to even; where it overflows (inf) or underflows (|x 2^e| < 2^-126, rounding to 0 either way) the
- * clamps and the code are those of the double path; the sum with z and the clamps in 64-bit
- * integers are exact. Exponents outside [-126, 127] take the double path. tests/c/test_loaders.c
- * compares the two over every grid width, exponent range and special value. */
+/* qg_quant_real((double)x, q, m) for a float x in float arithmetic (the device kernels that
+ * quantize whole weight and input tensors): x 2^e is exact in float wherever it is normal, so
+ * rintf rounds the same exact value half to even; where it overflows (inf) or underflows
+ * (|x 2^e| < 2^-126, rounding to 0 either way) the clamps and the code are those of the double
+ * path; the sum with z and the clamps in 64-bit integers are exact. Exponents outside
+ * [-126, 127] take the double path. tests/c/test_loaders.c compares the two over every grid
+ * width, exponent range and special value. */
 QG_HD int64_t qg_quant_f32(float x, qg_qp q, int *m) {
   if (q.e < -126 || q.e > 127) return qg_quant_real((double)x, q, m);
   const float r = rintf(x * qg_pow2f(q.e));
@@ -98,10 +98,9 @@ QG_HD int64_t qg_quant_f32(float x, qg_qp q, int *m) {
   return v;
 }
 
-/* (float)qg_deq(code, q) in float arithmetic where it is exact: |code - z| < 2^24 (exact in float)
- * times 2^-e (a normal float for e in [-127, 126]) is exact unless the product leaves float's
- * normal range, which the double path would then round to float the same way only where it is
- * normal: so float only where |code - z| 2^-e is within [2^-126, 2^127) or zero. */
+/* (float)qg_deq(code, q) in float arithmetic where that is exact: for |code - z| < 2^24 (exact in
+ * float) and |e| <= 100 the product (code - z) 2^-e is zero or a normal float, exactly the value
+ * the double path rounds to float; elsewhere the double path. */
 QG_HD float qg_deq_f32(int64_t code, qg_qp q) {
   const int64_t c = code - q.z;
   if (c > -(1 << 24) && c < (1 << 24) && q.e >= -100 && q.e <= 100) return (float)c * qg_pow2f(-q.e);
