@@ -196,13 +196,22 @@ __global__ void __launch_bounds__(XS_THREADS) xs_rows_kernel(int8_t *__restrict_
 
 /* xs_colmax_kernel: mbits[j] = max over rows t of |X[t, j]| as float bits (X [T, J] row-major;
  * mbits zeroed before; integer atomicMax of non-negative floats' bits: order-independent). Blocks:
- * x over columns (XS_THREADS), y over chunks of rows. */
+ * x over columns (XS_THREADS), y over chunks of rows_per_block rows (XS_COLMAX_ROWS), each thread
+ * XS_COLMAX_VEC loads in flight at a time. (256 rows a block, one load in flight, took 29 us for the
+ * side stream's 2048 x 3072 chunks at the large shape, H200: 96 blocks at 0.9 TB/s.) */
+enum { XS_COLMAX_ROWS = 64, XS_COLMAX_VEC = 8 };
 __global__ void xs_colmax_kernel(unsigned *__restrict__ mbits, const float *__restrict__ X, int64_t T, int64_t J, int64_t rows_per_block) {
   const int64_t j = blockIdx.x * (int64_t)XS_THREADS + threadIdx.x;
   if (j >= J) return;
   const int64_t t0 = blockIdx.y * rows_per_block, t1 = t0 + rows_per_block < T ? t0 + rows_per_block : T;
   float m = 0;
-  for (int64_t t = t0; t < t1; t++) m = fmaxf(m, xs_mag(X[t * J + j]));
+  for (int64_t t = t0; t < t1; t += XS_COLMAX_VEC) {
+    float v[XS_COLMAX_VEC];
+#pragma unroll
+    for (int i = 0; i < XS_COLMAX_VEC; i++) v[i] = t + i < t1 ? X[(t + i) * J + j] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < XS_COLMAX_VEC; i++) m = fmaxf(m, xs_mag(v[i]));
+  }
   atomicMax(mbits + j, __float_as_uint(m));
 }
 

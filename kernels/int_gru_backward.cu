@@ -1457,7 +1457,7 @@ static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int
   const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, C = L.C;
   const int64_t t0 = L.reverse ? T - se : s, rows = (se - s) * N, r0 = t0 * N;
   if (L.xs) {
-    const int64_t rpb = 256;   /* rows per block of the column maxima, as after the loop */
+    const int64_t rpb = XS_COLMAX_ROWS;   /* rows per block of the column maxima, as after the loop */
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(rows, (int)rpb));
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx, L.bp.dq + s * N * H3, rows, H3, rpb);
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx + H3, L.bp.dp + r0 * H3, rows, H3, rpb);
@@ -1827,7 +1827,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     long long *cco = (long long *)(ws + o_cco), *rco = (long long *)(ws + o_rco);
     int32_t *PR = (int32_t *)(ws + o_PR), *PW = (int32_t *)(ws + o_PW), *PX = (int32_t *)(ws + o_PX);
     const dim3 tb(XS_THREADS);
-    const int64_t rpb = 256;   /* rows per block of the column maxima */
+    const int64_t rpb = XS_COLMAX_ROWS;   /* rows per block of the column maxima */
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb)), cg(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H3, XS_TILE));
     /* the aux stream from here: its memory-bound splits run beside the main stream's GEMMs */
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
