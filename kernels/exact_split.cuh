@@ -223,7 +223,7 @@ __global__ void xs_colmax_kernel(unsigned *__restrict__ mbits, const float *__re
 __global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict__ D, int *__restrict__ sh, long long *__restrict__ corr,
                                                              const float *__restrict__ X, const unsigned *__restrict__ mbits,
                                                              int64_t T, int64_t J, int64_t Tp, int zoff) {
-  __shared__ int8_t tile[XS_DIGITS][XS_TILE][XS_TILE + 4];   /* [digit][column j][row t] */
+  __shared__ __align__(16) int8_t tile[XS_DIGITS][XS_TILE][XS_TILE + 4];   /* [digit][column j][row t] */
   __shared__ long long csum[XS_TILE];
   const int64_t t0 = blockIdx.x * (int64_t)XS_TILE, j0 = blockIdx.y * (int64_t)XS_TILE;
   const int tx = threadIdx.x % XS_TILE, ty = threadIdx.x / XS_TILE;   /* 64 x 4 */
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict_
 #pragma unroll
     for (int d = 0; d < XS_DIGITS; d++) tile[d][tx][yy] = dg[d];
   }
-  atomicAdd((unsigned long long *)&csum[tx], (unsigned long long)c);
+  if (zoff != 0) atomicAdd((unsigned long long *)&csum[tx], (unsigned long long)c);   /* corrections only for an offset grid */
   __syncthreads();
   if (ty == 0 && j < J && zoff != 0) atomicAdd((unsigned long long *)(corr + j), (unsigned long long)(csum[tx] * zoff));
   /* write: per digit, row j0 + jj, bytes t0 .. t0 + 63 as 16 words of 4 */
@@ -259,9 +259,8 @@ __global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict_
     const int d = w / (XS_TILE * (XS_TILE / 4)), jj = (w / (XS_TILE / 4)) % XS_TILE, q = w % (XS_TILE / 4);
     const int64_t jr = j0 + jj, tc = t0 + 4 * q;
     if (jr >= J || tc >= Tp) continue;
-    const uint32_t v = (uint32_t)(uint8_t)tile[d][jj][4 * q] | (uint32_t)(uint8_t)tile[d][jj][4 * q + 1] << 8 |
-                       (uint32_t)(uint8_t)tile[d][jj][4 * q + 2] << 16 | (uint32_t)(uint8_t)tile[d][jj][4 * q + 3] << 24;
-    *(uint32_t *)(D + d * plane + jr * Tp + tc) = v;   /* Tp is a multiple of XS_KPAD: aligned, in the row */
+    /* the tile's rows are 4-byte aligned (pitch XS_TILE + 4): one word, little-endian byte order as the plane's */
+    *(uint32_t *)(D + d * plane + jr * Tp + tc) = *(const uint32_t *)&tile[d][jj][4 * q];   /* Tp % XS_KPAD == 0: aligned, in the row */
   }
 }
 
