@@ -23,9 +23,10 @@
  * mode 1 leaves out the products (loads and combines only), mode 2 the chunks' loads as well.
  * First one step is checked against an fp64 product of the same dq on the host; then T steps are
  * timed (CUDA events around the cooperative launch, median of 9 after 3).
- * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibench bench/xs_grid_proto.cu -o xs_grid_proto
+ * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibench -Ikernels bench/xs_grid_proto.cu -o xs_grid_proto
  */
 #include "cuda_bench.cuh"
+#include "ptx_s8.cuh"   /* mma_s8, ldsm_x4, cp_async16_s, ld_acquire_gpu, red_release_gpu */
 
 #include <math.h>
 #include <stdint.h>
@@ -41,25 +42,8 @@ static_assert(XP_KH % 32 == 0 && XP_R == 32 && XP_U == 64, "the thread mappings 
 template <int DIG> __host__ __device__ constexpr int stage_bytes() { return DIG * XP_R * XP_LD; }
 template <int DIG> __host__ __device__ constexpr int smem_bytes() { return XP_U * XP_K + 2 * stage_bytes<DIG>(); }
 
-__device__ __forceinline__ void mma_s8(int32_t *d, const uint32_t *a, const uint32_t *b) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, uint32_t a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
-}
-__device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ int ld_acquire(const int *p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release(int *p, int v) { asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
 
 /* R's shared rows: unit u's 16-byte piece kc (K' = 16 kc .. 16 kc + 15) at piece kc ^ (u & 7) */
 __device__ __forceinline__ uint32_t r_addr(uint32_t rs, int u, int kc) { return rs + (uint32_t)(u * XP_K + ((kc ^ (u & 7)) << 4)); }
@@ -92,7 +76,7 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
   for (int e = tid; e < XP_U * (XP_K / 16); e += XP_THREADS) {
     const int u = e / (XP_K / 16), kc = e % (XP_K / 16), kp = kc * 16;
     const int c = kp / XP_KC, g = (kp % XP_KC) / XP_U, j = kp % XP_U;
-    cp16(r_addr(rs, u, kc), a.RT + (size_t)(ub * XP_U + u) * XP_K + g * XP_H + c * XP_U + j);
+    cp_async16_s(r_addr(rs, u, kc), a.RT + (size_t)(ub * XP_U + u) * XP_K + g * XP_H + c * XP_U + j);
   }
   cp_commit();
   cp_wait<0>();
@@ -148,8 +132,8 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
     if (tid < XP_R) a.Gc[((par * XP_RB + rb) * XP_UB + ub) * XP_R + tid] = s_cs[0][tid] + s_cs[1][tid];
     __syncthreads();
     if (tid == 0) {
-      red_release(a.cnt + rb, 1);
-      while (ld_acquire(a.cnt + rb) < XP_UB * (step + 1)) {}
+      red_release_gpu(a.cnt + rb, 1);
+      while (ld_acquire_gpu(a.cnt + rb) < XP_UB * (step + 1)) {}
     }
     __syncthreads();
 
@@ -162,13 +146,13 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
         const uint32_t dst = ring + (h & 1) * SB;
         for (int e = tid; e < DIG * XP_R * (XP_KH / 16); e += XP_THREADS) {
           const int dr = e / (XP_KH / 16), p = e % (XP_KH / 16);
-          cp16(dst + dr * XP_LD + p * 16, src + (size_t)dr * XP_KC + p * 16);
+          cp_async16_s(dst + dr * XP_LD + p * 16, src + (size_t)dr * XP_KC + p * 16);
         }
       }
       if (hh == 0 && tid < XP_R / 4 + XP_R / 2) {   /* 8 pieces of shifts, 16 of corrections */
         const int base = ((par * XP_RB + rb) * XP_UB + c) * XP_R;
-        if (tid < XP_R / 4) cp16((uint32_t)__cvta_generic_to_shared(&s_sh[c & 1][tid * 4]), a.Gs + base + tid * 4);
-        else cp16((uint32_t)__cvta_generic_to_shared(&s_co[c & 1][(tid - XP_R / 4) * 2]), a.Gc + base + (tid - XP_R / 4) * 2);
+        if (tid < XP_R / 4) cp_async16_s((uint32_t)__cvta_generic_to_shared(&s_sh[c & 1][tid * 4]), a.Gs + base + tid * 4);
+        else cp_async16_s((uint32_t)__cvta_generic_to_shared(&s_co[c & 1][(tid - XP_R / 4) * 2]), a.Gc + base + (tid - XP_R / 4) * 2);
       }
       cp_commit();
     };

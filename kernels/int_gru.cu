@@ -91,6 +91,7 @@
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
 #include "mbarrier.cuh"   /* tc_grid_kernel's roles */
+#include "ptx_s8.cuh"     /* mma.sync, ldmatrix, cp.async, arrival counters */
 #include "stats.cuh"
 #include "wx_gemm.cuh"
 #include "../core/int_gru.h"
@@ -227,24 +228,7 @@ __device__ __forceinline__ int64_t block_sum_i64(int64_t v, int64_t *red) {
   return s;   /* valid in thread 0 */
 }
 
-/* D += A B on the int8 tensor cores: m16n8k32, A row-major (4 regs), B column-major (2 regs). */
-__device__ __forceinline__ void mma_s8(int32_t *d, const uint32_t *a, const uint32_t *b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ uint32_t lds32(const int8_t *p) { return *(const uint32_t *)p; }
-
-/* ldmatrix .x4: four 8 x 16-byte matrices from shared memory, lane l giving the address of row
- * l % 8 of matrix l / 8; thread t receives the 4 bytes at row t / 4, bytes 4 (t % 4) of each, which
- * is the layout of an int8 mma.sync fragment register. */
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, uint32_t saddr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(saddr));
-}
 
 /* One k32 slice of a warp's R h tile, as tc_step_kernel and tc_grid_kernel run it: the warp's 3
  * m16 tiles of A (R's rows ra0 .. ra0 + 47 of As, row pitch ld) against NT n8 tiles of B (h's
@@ -302,11 +286,20 @@ struct wq_params {
   int64_t H3, row_blocks;
 };
 
+/* One weight value: its code, fake-quantized value (*fq) and mask (*m). */
+__device__ __forceinline__ int32_t wq_value(float x, const qg_qp &q, float *fq, uint32_t *m) {
+  int mm;
+  const int64_t code = qg_quant_f32(x, q, &mm);
+  *fq = qg_deq_f32(code, q);
+  *m = (uint32_t)mm;
+  return (int32_t)code;
+}
+
 __device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
-  int m;
-  const int64_t code = qg_quant_f32(p.src[w][i], q, &m);
-  p.codes[w][i] = (int32_t)code;
-  p.fq[w][i] = qg_deq_f32(code, q);
+  float f;
+  uint32_t m;
+  p.codes[w][i] = wq_value(p.src[w][i], q, &f, &m);
+  p.fq[w][i] = f;
   p.mask[w][i] = (uint8_t)m;
 }
 
@@ -340,11 +333,9 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
           uint32_t mw = 0;
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            int m;
-            const int64_t code = qg_quant_f32(x[e], q, &m);
-            k[e] = (int32_t)code;
-            f[e] = qg_deq_f32(code, q);
-            mw |= (uint32_t)m << (8 * e);
+            uint32_t m;
+            k[e] = wq_value(x[e], q, &f[e], &m);
+            mw |= m << (8 * e);
           }
           *(int4 *)(p.codes[w] + i0 + c) = make_int4(k[0], k[1], k[2], k[3]);
           *(float4 *)(p.fq[w] + i0 + c) = make_float4(f[0], f[1], f[2], f[3]);
@@ -748,10 +739,6 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
                "r"(bytes)
                : "memory");
-}
-/* cp_async16 to a shared address (cvta'd once by the caller) */
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),

@@ -112,16 +112,6 @@ static size_t tg_smem(int64_t Kp, int64_t lut_bytes) {
   return (size_t)TS_M * ((size_t)Kp + 16) + 2 * tg_half_bytes(Kp) + (size_t)lut_bytes;
 }
 
-__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
-  int32_t v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-/* *p += v with release semantics at GPU scope (the writes this thread observed, the block's
- * stores ordered before it by a barrier included, are visible to an acquire that reads the sum) */
-__device__ __forceinline__ void red_release_gpu(int32_t *p, int32_t v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int WIDE, int SAVE>
