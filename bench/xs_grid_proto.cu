@@ -26,7 +26,7 @@
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibench -Ikernels bench/xs_grid_proto.cu -o xs_grid_proto
  */
 #include "cuda_bench.cuh"
-#include "ptx_s8.cuh"   /* mma_s8, ldsm_x4, cp_async16_s, ld_acquire_gpu, red_release_gpu */
+#include "ptx.cuh"   /* mma_s8, ldsm_x4, cp_async16_s, cp_async_commit / wait, ld_acquire_gpu, red_release_gpu */
 
 #include <math.h>
 #include <stdint.h>
@@ -42,8 +42,6 @@ static_assert(XP_KH % 32 == 0 && XP_R == 32 && XP_U == 64, "the thread mappings 
 template <int DIG> __host__ __device__ constexpr int stage_bytes() { return DIG * XP_R * XP_LD; }
 template <int DIG> __host__ __device__ constexpr int smem_bytes() { return XP_U * XP_K + 2 * stage_bytes<DIG>(); }
 
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* R's shared rows: unit u's 16-byte piece kc (K' = 16 kc .. 16 kc + 15) at piece kc ^ (u & 7) */
 __device__ __forceinline__ uint32_t r_addr(uint32_t rs, int u, int kc) { return rs + (uint32_t)(u * XP_K + ((kc ^ (u & 7)) << 4)); }
@@ -78,8 +76,8 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
     const int c = kp / XP_KC, g = (kp % XP_KC) / XP_U, j = kp % XP_U;
     cp_async16_s(r_addr(rs, u, kc), a.RT + (size_t)(ub * XP_U + u) * XP_K + g * XP_H + c * XP_U + j);
   }
-  cp_commit();
-  cp_wait<0>();
+  cp_async_commit();
+  cp_async_wait<0>();
   for (int e = tid; e < XP_R * XP_U; e += XP_THREADS) dh_s[e] = a.dh0[(rb * XP_R + e / XP_U) * XP_H + ub * XP_U + e % XP_U];
   __syncthreads();
 
@@ -154,7 +152,7 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
         if (tid < XP_R / 4) cp_async16_s((uint32_t)__cvta_generic_to_shared(&s_sh[c & 1][tid * 4]), a.Gs + base + tid * 4);
         else cp_async16_s((uint32_t)__cvta_generic_to_shared(&s_co[c & 1][(tid - XP_R / 4) * 2]), a.Gc + base + (tid - XP_R / 4) * 2);
       }
-      cp_commit();
+      cp_async_commit();
     };
     const int rh = warp & 1, ug = warp >> 1, g4 = lane >> 2, tq = lane & 3, r8 = lane & 7, mi = lane >> 3;
     int32_t acc[DIG][NT][4];
@@ -169,7 +167,7 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
       }
     issue(0);
     for (int h = 0; h < 2 * XP_UB; h++) {
-      if (h + 1 < 2 * XP_UB) { issue(h + 1); cp_wait<1>(); } else cp_wait<0>();
+      if (h + 1 < 2 * XP_UB) { issue(h + 1); cp_async_wait<1>(); } else cp_async_wait<0>();
       __syncthreads();
       const int c = h >> 1, hh = h & 1;
       if (warp < PW) {

@@ -1,14 +1,15 @@
 /*
  * gru_persist.cuh: device helpers of the persistent recurrent kernels (kernels/gru_persist.cu: R in
  * shared memory; kernels/gru_persist_reg.cu: R in registers; the integer STE backward of
- * kernels/int_gru_backward.cu, both storages): the cluster barrier, per-thread asynchronous copies
- * for the prefetch rings, and the fixed-order sums of partial dot products (shared-memory partials,
+ * kernels/int_gru_backward.cu, both storages): the cluster barrier, the wait of the per-thread
+ * prefetch rings, and the fixed-order sums of partial dot products (shared-memory partials,
  * lane butterflies).
  */
 #ifndef QGRU_GRU_PERSIST_CUH
 #define QGRU_GRU_PERSIST_CUH
 
 #include "gru_common.cuh"
+#include "ptx.cuh"   /* cp.async */
 
 #include <cooperative_groups.h>
 
@@ -19,17 +20,10 @@ __device__ __forceinline__ void cluster_barrier(int K) {
   else __syncthreads();
 }
 
-/* Per-thread asynchronous copies (sm_80+): a thread's loads of later steps land in its own slots of
- * a shared-memory ring; it waits for its own groups only, so no barrier is involved. */
-__device__ __forceinline__ void cp_async4(float *smem, const float *gmem) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* all but the newest PERSIST_PREFETCH - 2 groups of this thread are complete */
-__device__ __forceinline__ void cp_async_wait_step() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PERSIST_PREFETCH - 2) : "memory");
-}
+/* Per-thread asynchronous copies (cp_async4 of ptx.cuh): a thread's loads of later steps land in
+ * its own slots of a shared-memory ring; it waits for its own groups only, so no barrier is
+ * involved: all but the newest PERSIST_PREFETCH - 2 groups of the thread are complete. */
+__device__ __forceinline__ void cp_async_wait_step() { cp_async_wait<PERSIST_PREFETCH - 2>(); }
 
 /* ---- the float kernels' block layout and (row, unit) work, shared by the shared-memory kernels
  * (gru_persist.cu) and the register ones (gru_persist_reg.cu) ---- */

@@ -91,7 +91,7 @@
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
 #include "mbarrier.cuh"   /* tc_grid_kernel's roles */
-#include "ptx_s8.cuh"     /* mma.sync, ldmatrix, cp.async, arrival counters */
+#include "ptx.cuh"        /* mma.sync, ldmatrix, cp.async, arrival counters */
 #include "stats.cuh"
 #include "wx_gemm.cuh"
 #include "../core/int_gru.h"
@@ -735,19 +735,6 @@ static size_t ts_smem(int single) {
   return stage > tile ? stage : tile;
 }
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* The rows of the 32-bit cell of every unit, once per forward for the tensor-core step's 32-bit
  * mode: P [QG_C32_ROWS + 1][H], the last row 1 where qg_cell32_unit accepts the unit; a unit
@@ -859,7 +846,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
           if (!has[q]) continue;
           const int8_t *src = isA[q] ? (src_row[q] >= 0 ? Ab + src_row[q] : Ab) : Bb + src_row[q];
           const int bytes = isA[q] && src_row[q] < 0 ? 0 : 16;
-          cp_async16(stage + buf * TS_STAGE + dst[q], src + (bytes ? (int64_t)kt * TS_BK : 0), bytes);
+          cp_async16_zfill(stage + buf * TS_STAGE + dst[q], src + (bytes ? (int64_t)kt * TS_BK : 0), bytes);
         }
       };
       /* TS_STAGES buffers: tiles kt + 1 .. kt + TS_STAGES - 1 in flight while tile kt is used */

@@ -79,7 +79,7 @@
  * per-step: the step kernel's row sums, then those in order), dh0 = dh M(h0).
  */
 #include "int_gru_common.cuh"
-#include "gru_persist.cuh"   /* cluster_barrier, sum_partials */
+#include "gru_persist.cuh"   /* cluster_barrier, sum_partials, ptx.cuh */
 #include "exact_split.cuh"   /* the strict mode's exact int8 split products */
 
 #include <cuda_bf16.h>
@@ -366,8 +366,6 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
  * loop, so bcx, bcr are not written. */
 enum { BW_RING = 8, BW_WORDS = BP_MAX_WORDS + 2 };   /* BW_RING a power of two */
 
-__device__ __forceinline__ void bw_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(BW_RING - 2) : "memory"); }
-
 /* Start the copies of step u's inputs of row n, unit i into ring slot u mod BW_RING (words k at
  * ring[(slot BW_WORDS + k) H + i]: the record's words, then the h code, then dy); one group, empty
  * for a step outside [0, Ln). */
@@ -456,7 +454,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   step_vals cur;
   if (pact) {
     for (int u = T - 1; u > T - BW_RING; u--) ws_issue(p, u, pn, pi, L, ring);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    cp_async_wait_all();
     ws_prepare(p, T - 1, pi, L, ring, cur);
   }
   __syncthreads();
@@ -491,7 +489,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
       } else {
         dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
       }
-      bw_cp_async_wait();
+      cp_async_wait<BW_RING - 2>();
       ws_prepare(p, (int64_t)s - 1, pi, L, ring, cur);
     }
     __syncthreads();
@@ -525,9 +523,7 @@ enum { BV_WORDS = 10 };
  * passed synccheck and racecheck but took long-kws's backward from 0.63 to 0.75 ms
  * (s19_roles_h200_ab2.log), and arrive / wait pairs between the roles passed synccheck but
  * racecheck then reported hazards on 5 of the 6 specs, at 0.67 ms (s19_ws3_arrive_h200_*.log). */
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
+__device__ __forceinline__ void named_barrier(int id, int count) { bar_sync_named(id, count); }
 
 template <int KPT>
 __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
@@ -561,7 +557,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(co
     for (int s = T; s >= 1; s--) {
       if (pact) {
         if (s < T) ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);   /* the ring's newest step */
-        bw_cp_async_wait();
+        cp_async_wait<BW_RING - 2>();
         if (s - 1 < L) {
           step_vals v;
           ws_prepare(p, (int64_t)s - 1, pi, L, ring, v);

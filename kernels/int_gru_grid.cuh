@@ -112,8 +112,6 @@ static size_t tg_smem(int64_t Kp, int64_t lut_bytes) {
   return (size_t)TS_M * ((size_t)Kp + 16) + 2 * tg_half_bytes(Kp) + (size_t)lut_bytes;
 }
 
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
 template <int WIDE, int SAVE>
 __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_constant__ tg_params gp) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -142,7 +140,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   for (int e = tid; e < TS_M * kc; e += TS_THREADS) {
     const int row = e / kc, cv = e % kc, gt = row / TS_U, u = row % TS_U;
     const bool ok = u0 + u < H;
-    cp_async16(Rs + (size_t)row * rld + cv * 16, p.Rp + (ok ? (gt * H + u0 + u) * Kp + cv * 16 : 0), ok ? 16 : 0);
+    cp_async16_zfill(Rs + (size_t)row * rld + cv * 16, p.Rp + (ok ? (gt * H + u0 + u) * Kp + cv * 16 : 0), ok ? 16 : 0);
   }
   cp_async_commit();
   for (int e = tid; e < (QG_C32_ROWS + 1) * TS_U; e += TS_THREADS) {
@@ -427,7 +425,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         p.Hp[((int64_t)nxt * Np + n) * Kp + i] = p0;
       }
       if (s + 1 < T) {
-        named_sync(TG_BAR_C, TG_PT);   /* every cell of the half written (it orders global stores only) */
+        bar_sync_named(TG_BAR_C, TG_PT);   /* every cell of the half written (it orders global stores only) */
         if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
       }
     }

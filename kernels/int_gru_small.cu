@@ -33,15 +33,10 @@
  */
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
+#include "ptx.cuh"   /* cp.async, bar.sync */
 
 #include <string.h>
 
-__device__ __forceinline__ void isk_cp_async4(void *smem, const void *gmem) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void isk_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void isk_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(ISK_RING - 2) : "memory"); }
 
 /* output.h codes of step s (before the step: the state after s steps), as int_gru.cu's h_at. */
 __device__ __forceinline__ int32_t *isk_h_at(const isk_params &p, int64_t s) {
@@ -209,9 +204,9 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
     if (active && s < Li) {
       const int32_t *w = wxb + (p.reverse ? Li - 1 - s : s) * wx_row;
       int32_t *d = ring + ((s & (ISK_RING - 1)) * NBH + slot) * 3;
-      isk_cp_async4(d, w); isk_cp_async4(d + 1, w + Hi); isk_cp_async4(d + 2, w + 2 * Hi);
+      cp_async4(d, w); cp_async4(d + 1, w + Hi); cp_async4(d + 2, w + 2 * Hi);
     }
-    isk_cp_async_commit();
+    cp_async_commit();
   };
   for (int s = 0; s < ISK_RING - 1; s++) issue(s);
 
@@ -247,7 +242,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
 #pragma unroll
       for (int r = 1; r < NB; r++)
         if (b == r) { d[0] = acc[r][0]; d[1] = acc[r][1]; d[2] = acc[r][2]; d[3] = acc[r][3]; }
-      isk_cp_async_wait();
+      cp_async_wait<ISK_RING - 2>();
       int32_t hnew = (int32_t)hprev;
       const int cell = s * h_row + hoff;   /* (s N + n) H + i */
       if (s >= Li) {   /* padded step (t = s): the state stays, y = 0 */
@@ -312,7 +307,6 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * different instructions: compute-sanitizer synccheck reported "divergent thread(s) in block";
  * the non-aligned form, barrier.sync, passed it but ran 9% slower, long-kws int8 inference
  * 0.623-0.633 ms against 0.570-0.575, bench/gpu_runs/s18_barriers_h200_*.log.) */
-__device__ __forceinline__ void isk_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 /* NR rows of R (KW words each) against the h words: NP partial sums per row (shorter dependent
  * __dp4a chains; the sum is the same integer), and with SH the h row's byte sum. */
@@ -484,7 +478,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
     }
-    isk_bar_sync(1, nthr);   /* publishes Z's z and old of this step to RG */
+    bar_sync_named(1, nthr);   /* publishes Z's z and old of this step to RG */
     if (rg) {   /* RG: new h, its byte into the next plane, h and its codes and mask bits into xr */
       uint32_t mh;
       const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
@@ -492,7 +486,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);
     }
-    isk_bar_sync(0, nthr);   /* publishes the new h plane and xr */
+    bar_sync_named(0, nthr);   /* publishes the new h plane and xr */
   }
   if (rg || !active) return;
   /* Z after the loop: the last step's stores, the padded steps, the last state */

@@ -1,7 +1,7 @@
 /*
  * wx_gemm.cuh: the W x GEMM of the integer GRU forward on the int8 tensor cores (included by
  * kernels/int_gru.cu, which documents the plane decomposition, and by bench/wx_gemm_bench.cu,
- * which times it against cuBLASLt). Self-contained: its own mma / ldmatrix / cp.async helpers.
+ * which times it against cuBLASLt); the mma / ldmatrix / cp.async wrappers are ptx.cuh's.
  *
  * D[tn][j] = sum_k cX[tn][k] cW[j][k] for every time row tn < T N and output row j < 3H, from
  * int8 planes Xp [PB][Np][Kp] (rows tn of x) and Wp [PA][Mp][Kp] (rows j of W), zeros beyond
@@ -28,6 +28,7 @@
 #define QGRU_WX_GEMM_CUH
 
 #include "int_gru_common.cuh"
+#include "ptx.cuh"   /* mma.sync, ldmatrix, cp.async */
 #include "stats.cuh"
 
 /* WX_BT: the padding of Np (every variant's time tile divides it) */
@@ -50,28 +51,8 @@ struct wx_params {
   int64_t *counts;
 };
 
-__device__ __forceinline__ void wx_cp16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void wx_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int NPEND>
-__device__ __forceinline__ void wx_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NPEND) : "memory"); }
-
-__device__ __forceinline__ void wx_ldsm4(uint32_t *r, const int8_t *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"((unsigned)__cvta_generic_to_shared(p))
-               : "memory");
-}
-
-/* D += A B: m16n8k32, A row-major (4 regs), B column-major (2 regs), s8 x s8 -> s32. */
-__device__ __forceinline__ void wx_mma(int32_t *d, const uint32_t *a, const uint32_t *b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+/* ldmatrix .x4 into a fragment array from a generic pointer into shared memory */
+__device__ __forceinline__ void wx_ldsm4(uint32_t *r, const int8_t *p) { ldsm_x4(r[0], r[1], r[2], r[3], smem_addr(p)); }
 
 /* Tile variants: WT warps along the time rows (x 4 along j), MT m16 tiles per warp.
  *   0: 2 x 2 ->  64 x 128, 256 threads (two-plane operands; small grids)
@@ -115,31 +96,31 @@ __global__ void __launch_bounds__(wx_threads(V), (SINGLE && V == 1) ? 2 : 1) wx_
 #pragma unroll
     for (int i = 0; i < BT * 4 / WX_THREADS; i++) {
       const int c = threadIdx.x + i * WX_THREADS, row = c >> 2, cv = c & 3;
-      wx_cp16(Xs + row * WX_LD + cv * 16, xg + row * Kp + cv * 16);
+      cp_async16(Xs + row * WX_LD + cv * 16, xg + row * Kp + cv * 16);
     }
 #pragma unroll
     for (int i = 0; i < WX_BJ * 4 / WX_THREADS; i++) {
       const int c = threadIdx.x + i * WX_THREADS, row = c >> 2, cv = c & 3;
-      wx_cp16(Ws + row * WX_LD + cv * 16, wg + row * Kp + cv * 16);
+      cp_async16(Ws + row * WX_LD + cv * 16, wg + row * Kp + cv * 16);
     }
   };
 
 #pragma unroll
   for (int s = 0; s < WX_STAGES - 1; s++) {
     if (s < total) load(s, s);
-    wx_commit();
+    cp_async_commit();
   }
   /* ldmatrix lane offsets: A (time rows) 16 rows x 2 k halves; B (output rows) 2 n tiles x 2 k halves */
   const int a_off = (wt * MT * 16 + (lane & 15)) * WX_LD + (lane >> 4) * 16;
   const int b_off = (wj * 32 + (lane & 7) + ((lane >> 4) << 3)) * WX_LD + ((lane >> 3) & 1) * 16;
   int kt_in_pair = 0, pp = 0;
   for (int it = 0; it < total; it++) {
-    wx_wait<WX_STAGES - 2>();
+    cp_async_wait<WX_STAGES - 2>();
     __syncthreads();
     {
       const int nx = it + WX_STAGES - 1;
       if (nx < total) load(nx, nx % WX_STAGES);
-      wx_commit();
+      cp_async_commit();
     }
     const int8_t *Xs = wx_sm + (it % WX_STAGES) * STAGE, *Ws = Xs + BT * WX_LD;
 #pragma unroll
@@ -156,7 +137,7 @@ __global__ void __launch_bounds__(wx_threads(V), (SINGLE && V == 1) ? 2 : 1) wx_
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) wx_mma(acc[mt][nt], af[mt], bf[nt]);
+        for (int nt = 0; nt < 4; nt++) mma_s8(acc[mt][nt], af[mt], bf[nt]);
     }
     if (!SINGLE && ++kt_in_pair == KT) {   /* the end of a plane pair: fold into int64 */
       const int pa = pp / PB, pb = pp - pa * PB;
@@ -174,7 +155,7 @@ __global__ void __launch_bounds__(wx_threads(V), (SINGLE && V == 1) ? 2 : 1) wx_
       pp++;
     }
   }
-  wx_wait<0>();
+  cp_async_wait<0>();
 
   /* epilogue: thread element (mt, nt, e) is time row tn = n0 + wt*MT*16 + mt*16 + g + 8 (e >> 1),
    * output row j = m0 + wj*32 + nt*8 + 2 tq + (e & 1) */
