@@ -39,7 +39,8 @@
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibench -Ikernels bench/xs_cluster_proto.cu -o xs_cluster_proto
  */
 #include "cuda_bench.cuh"
-#include "ptx.cuh"   /* mma_s8, ldsm_x4, cp_async16_s, cp_async_commit / wait */
+#include "xs_proto.cuh"   /* inputs and the fp64 check, shared with the other prototype */
+#include "ptx.cuh"   /* mma_s8, ldsm_x4 */
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -57,8 +58,6 @@ static_assert(XC_UB == 16 && XC_R == 32 && XC_U == 64 && XC_THREADS == 256, "the
 template <int DIG> __host__ __device__ constexpr int chunk_bytes() { return DIG * 2 * XC_KS * 512; }
 template <int DIG> __host__ __device__ constexpr int smem_bytes() { return XC_U * XC_K + chunk_bytes<DIG>() + DIG * 8 * XC_U * 4; }
 
-/* R's shared rows: unit u's 16-byte piece kc (K' = 16 kc .. 16 kc + 15) at piece kc ^ (u & 7) */
-__device__ __forceinline__ uint32_t r_addr(uint32_t rs, int u, int kc) { return rs + (uint32_t)(u * XC_K + ((kc ^ (u & 7)) << 4)); }
 
 /* The shift of a row whose largest |value| is m: |rne(v 2^sh)| <= 2^frac (0 for m = 0; kept within
  * the range of a float power of two, which the stand-in cell's values never leave) */
@@ -98,14 +97,7 @@ __global__ void __launch_bounds__(XC_THREADS, 1) xs_cluster_proto_kernel(const _
   int8_t *chunk = (int8_t *)(smem + XC_U * XC_K);
   int32_t *scratch = (int32_t *)(smem + XC_U * XC_K + chunk_bytes<DIG>());   /* [DIG][8 rows][64 units] */
 
-  /* R's codes: K' = c 192 + g 64 + j <-> k = g H + 64 c + j (chunk c: unit block c's columns) */
-  for (int e = tid; e < XC_U * (XC_K / 16); e += XC_THREADS) {
-    const int u = e / (XC_K / 16), kc = e % (XC_K / 16), kp = kc * 16;
-    const int c = kp / XC_KC, g = (kp % XC_KC) / XC_U, j = kp % XC_U;
-    cp_async16_s(r_addr(rs, u, kc), a.RT + (size_t)(ub * XC_U + u) * XC_K + g * XC_H + c * XC_U + j);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
+  xs_proto_load_r<XC_H, XC_U, XC_THREADS>(rs, a.RT, ub);
   const int j = tid & 63, ra = tid >> 6;   /* cells: unit j, rows ra + 4 q */
   float dh[8];
 #pragma unroll
@@ -145,15 +137,10 @@ __global__ void __launch_bounds__(XC_THREADS, 1) xs_cluster_proto_kernel(const _
       const float p2 = __int_as_float((127 + sh) << 23);   /* 2^sh: within [-126, 127] for these values */
 #pragma unroll
       for (int g = 0; g < 3; g++) {
-        int x = __float2int_rn(v[q][g] * p2);
-        const int k = g * XC_U + j;
+        int8_t dig[DIG];
+        xs_proto_digits<DIG>(__float2int_rn(v[q][g] * p2), dig);
 #pragma unroll
-        for (int d = 0; d < DIG - 1; d++) {
-          const int dv = ((x + 128) & 255) - 128;
-          chunk[frag_offset(d, r, k)] = (int8_t)dv;
-          x = (x - dv) >> 8;
-        }
-        chunk[frag_offset(DIG - 1, r, k)] = (int8_t)x;
+        for (int d = 0; d < DIG; d++) chunk[frag_offset(d, r, g * XC_U + j)] = dig[d];
       }
     }
     cl.sync();   /* the cluster's chunks written */
@@ -184,7 +171,7 @@ __global__ void __launch_bounds__(XC_THREADS, 1) xs_cluster_proto_kernel(const _
 #pragma unroll
           for (int np = 0; np < 2; np++) {
             const int u = ng * 32 + np * 16 + (mi >> 1) * 8 + r8;
-            ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], r_addr(rs, u, kc));
+            ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], xs_proto_r_addr<XC_K>(rs, u, kc));
           }
 #pragma unroll
           for (int mt = 0; mt < 2; mt++) {
@@ -237,8 +224,6 @@ __global__ void __launch_bounds__(XC_THREADS, 1) xs_cluster_proto_kernel(const _
   for (int q = 0; q < 8; q++) a.out[(rb * XC_R + ra + 4 * q) * XC_H + ub * XC_U + j] = dh[q];
 }
 
-static unsigned mix(unsigned h) { h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16; return h; }
-
 template <int DIG>
 static void run(const char *name, int mode, const std::vector<int8_t> &RT, const std::vector<float> &dh0) {
   int8_t *dR;
@@ -266,24 +251,7 @@ static void run(const char *name, int mode, const std::vector<int8_t> &RT, const
   };
   double err = -1;
   if (mode == 0) {   /* one step against fp64: dq = (dh c_g) 2^-11 as the kernel forms it */
-    launch(1);
-    CK(cudaDeviceSynchronize());
-    std::vector<float> out(dh0.size());
-    CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
-    const float cgt[3] = {0.5f, -0.25f, 0.375f};
-    double emax = 0, vmax = 0;
-    for (int n = 0; n < XC_N; n++)
-      for (int i = 0; i < XC_H; i++) {
-        double s = 0;
-        for (int g = 0; g < 3; g++)
-          for (int jj = 0; jj < XC_H; jj++) {
-            const float dq = (dh0[n * XC_H + jj] * cgt[g]) * 0x1p-11f;
-            s += (double)dq * RT[(size_t)i * XC_K + g * XC_H + jj];
-          }
-        emax = fmax(emax, fabs(s - out[n * XC_H + i]));
-        vmax = fmax(vmax, fabs(s));
-      }
-    err = emax / vmax;
+    err = xs_proto_check_step(launch, dout, RT, dh0, XC_N, XC_H, 0x1p-11f);
   }
   const float ms = time_ms([&] { launch(100); }, 0);
   printf("%-10s mode %d: %8.3f ms / 100 steps = %6.2f us a step (%d of the %d row blocks' clusters resident at once and timed)", name,
@@ -294,13 +262,9 @@ static void run(const char *name, int mode, const std::vector<int8_t> &RT, const
 }
 
 int main() {
-  std::vector<int8_t> RT((size_t)XC_H * XC_K);
-  for (size_t i = 0; i < RT.size(); i++) RT[i] = (int8_t)((int)(mix((unsigned)i * 2654435761u) % 255u) - 127);
-  std::vector<float> dh0((size_t)XC_N * XC_H);
-  for (size_t i = 0; i < dh0.size(); i++) {
-    const unsigned h = mix((unsigned)i * 2246822519u ^ 7u);
-    dh0[i] = ((float)(h & 0xffffff) / 16777216.0f - 0.5f) * exp2f(-(float)((h >> 24) % 8u));
-  }
+  std::vector<int8_t> RT;
+  std::vector<float> dh0;
+  xs_proto_inputs(XC_N, XC_H, RT, dh0);
   cudaDeviceProp pr;
   CK(cudaGetDeviceProperties(&pr, 0));
   printf("xs_cluster_proto on %s: N %d H %d, %d row blocks of one %d-CTA cluster, %d threads a CTA, %d bytes of shared memory "

@@ -26,6 +26,7 @@
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibench -Ikernels bench/xs_grid_proto.cu -o xs_grid_proto
  */
 #include "cuda_bench.cuh"
+#include "xs_proto.cuh"   /* inputs and the fp64 check, shared with the other prototype */
 #include "ptx.cuh"   /* mma_s8, ldsm_x4, cp_async16_s, cp_async_commit / wait, ld_acquire_gpu, red_release_gpu */
 
 #include <math.h>
@@ -43,8 +44,6 @@ template <int DIG> __host__ __device__ constexpr int stage_bytes() { return DIG 
 template <int DIG> __host__ __device__ constexpr int smem_bytes() { return XP_U * XP_K + 2 * stage_bytes<DIG>(); }
 
 
-/* R's shared rows: unit u's 16-byte piece kc (K' = 16 kc .. 16 kc + 15) at piece kc ^ (u & 7) */
-__device__ __forceinline__ uint32_t r_addr(uint32_t rs, int u, int kc) { return rs + (uint32_t)(u * XP_K + ((kc ^ (u & 7)) << 4)); }
 
 struct xp_args {
   const int8_t *RT;    /* [H][3H] R's codes, K contiguous per unit */
@@ -70,14 +69,7 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
   const uint32_t rs = (uint32_t)__cvta_generic_to_shared(smem), ring = rs + XP_U * XP_K;
   float *dh_s = (float *)(smem + XP_U * XP_K);   /* [XP_R][XP_U], aliasing the ring between the products and the cells */
 
-  /* R's codes: K' = c 192 + g 64 + j <-> k = g H + 64 c + j (chunk c: unit block c's columns) */
-  for (int e = tid; e < XP_U * (XP_K / 16); e += XP_THREADS) {
-    const int u = e / (XP_K / 16), kc = e % (XP_K / 16), kp = kc * 16;
-    const int c = kp / XP_KC, g = (kp % XP_KC) / XP_U, j = kp % XP_U;
-    cp_async16_s(r_addr(rs, u, kc), a.RT + (size_t)(ub * XP_U + u) * XP_K + g * XP_H + c * XP_U + j);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
+  xs_proto_load_r<XP_H, XP_U, XP_THREADS>(rs, a.RT, ub);
   for (int e = tid; e < XP_R * XP_U; e += XP_THREADS) dh_s[e] = a.dh0[(rb * XP_R + e / XP_U) * XP_H + ub * XP_U + e % XP_U];
   __syncthreads();
 
@@ -112,15 +104,12 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
       long long cs = 0;
 #pragma unroll
       for (int g = 0; g < 3; g++) {
-        int x = __float2int_rn(v[q][g] * p2);
+        const int x = __float2int_rn(v[q][g] * p2);
         cs += (long long)x * 0;   /* the zero-point offset (off - z_k): 0 for a symmetric R */
+        int8_t dig[DIG];
+        xs_proto_digits<DIG>(x, dig);
 #pragma unroll
-        for (int d = 0; d < DIG - 1; d++) {
-          const int dv = ((x + 128) & 255) - 128;
-          gch[(d * XP_R + r) * XP_KC + g * XP_U + j] = (int8_t)dv;
-          x = (x - dv) >> 8;
-        }
-        gch[((DIG - 1) * XP_R + r) * XP_KC + g * XP_U + j] = (int8_t)x;
+        for (int d = 0; d < DIG; d++) gch[(d * XP_R + r) * XP_KC + g * XP_U + j] = dig[d];
       }
       for (int o = 16; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
       if (lane == 0) s_cs[warp & 1][r] = cs;
@@ -184,7 +173,7 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
               const int u = ug * (8 * NT) + np * 16 + (mi >> 1) * 8 + r8;
-              ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], r_addr(rs, u, kc));
+              ldsm_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1], xs_proto_r_addr<XP_K>(rs, u, kc));
             }
 #pragma unroll
             for (int d = 0; d < DIG; d++)
@@ -225,8 +214,6 @@ __global__ void __launch_bounds__(XP_THREADS, 1) xs_grid_proto_kernel(const __gr
   }
 }
 
-static unsigned mix(unsigned h) { h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16; return h; }
-
 template <int DIG, int PW>
 static void run(const char *name, int mode, const std::vector<int8_t> &RT, const std::vector<float> &dh0) {
   const size_t gbytes = (size_t)2 * XP_RB * XP_UB * DIG * XP_R * XP_KC, gn = (size_t)2 * XP_RB * XP_UB * XP_R;
@@ -253,24 +240,7 @@ static void run(const char *name, int mode, const std::vector<int8_t> &RT, const
   };
   double err = -1;
   if (mode == 0) {   /* one step against fp64: dq = (dh c_g) 2^-12 as the kernel forms it */
-    launch(1);
-    CK(cudaDeviceSynchronize());
-    std::vector<float> out(dh0.size());
-    CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
-    const float cg[3] = {0.5f, -0.25f, 0.375f};
-    double emax = 0, vmax = 0;
-    for (int n = 0; n < XP_N; n++)
-      for (int i = 0; i < XP_H; i++) {
-        double s = 0;
-        for (int g = 0; g < 3; g++)
-          for (int jj = 0; jj < XP_H; jj++) {
-            const float dq = (dh0[n * XP_H + jj] * cg[g]) * 0x1p-12f;
-            s += (double)dq * RT[(size_t)i * XP_K + g * XP_H + jj];
-          }
-        emax = fmax(emax, fabs(s - out[n * XP_H + i]));
-        vmax = fmax(vmax, fabs(s));
-      }
-    err = emax / vmax;
+    err = xs_proto_check_step(launch, dout, RT, dh0, XP_N, XP_H, 0x1p-12f);
   }
   std::vector<float> t;
   cudaEvent_t e0, e1;
@@ -288,13 +258,9 @@ static void run(const char *name, int mode, const std::vector<int8_t> &RT, const
 }
 
 int main() {
-  std::vector<int8_t> RT((size_t)XP_H * XP_K);
-  for (size_t i = 0; i < RT.size(); i++) RT[i] = (int8_t)((int)(mix((unsigned)i * 2654435761u) % 255u) - 127);
-  std::vector<float> dh0((size_t)XP_N * XP_H);
-  for (size_t i = 0; i < dh0.size(); i++) {
-    const unsigned h = mix((unsigned)i * 2246822519u ^ 7u);
-    dh0[i] = ((float)(h & 0xffffff) / 16777216.0f - 0.5f) * exp2f(-(float)((h >> 24) % 8u));
-  }
+  std::vector<int8_t> RT;
+  std::vector<float> dh0;
+  xs_proto_inputs(XP_N, XP_H, RT, dh0);
   cudaDeviceProp pr;
   CK(cudaGetDeviceProperties(&pr, 0));
   printf("xs_grid_proto on %s: N %d H %d, %d x %d CTAs of %d threads, %d + %d bytes of shared memory\n", pr.name, XP_N, XP_H, XP_UB, XP_RB,

@@ -71,4 +71,17 @@ extern "C" qg_status qg_cuda_graphed(qg_ctx *ctx, cudaStream_t st, const void *k
 #define QG_CUDA_CHECK(ctx, fn, expr) QG_CHECK(qg_cuda_status((ctx), (fn), (expr)))
 #define QG_CUBLAS_CHECK(ctx, fn, expr) QG_CHECK(qg_cublas_status((ctx), (fn), (expr)))
 
+/* Fork and join of the aux stream around work that runs beside the main stream's (inside a
+ * captured graph too): after qg_cuda_fork_aux the aux stream waits for everything queued on the
+ * main stream so far; after qg_cuda_join_aux the main stream waits for everything queued on the
+ * aux stream so far. */
+static inline qg_status qg_cuda_fork_aux(qg_ctx *ctx, const char *fn) {
+  QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, qg_cuda_stream(ctx)));
+  return qg_cuda_status(ctx, fn, cudaStreamWaitEvent((cudaStream_t)ctx->aux_stream, (cudaEvent_t)ctx->ev_fork, 0));
+}
+static inline qg_status qg_cuda_join_aux(qg_ctx *ctx, const char *fn) {
+  QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, (cudaStream_t)ctx->aux_stream));
+  return qg_cuda_status(ctx, fn, cudaStreamWaitEvent(qg_cuda_stream(ctx), (cudaEvent_t)ctx->ev_join, 0));
+}
+
 #endif

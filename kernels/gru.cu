@@ -61,18 +61,6 @@ static int64_t align_floats(int64_t n) { return (n + 63) & ~(int64_t)63; }   /* 
 static cudaStream_t dir_stream(const qg_ctx *ctx, int d) { return d ? (cudaStream_t)ctx->aux_stream : qg_cuda_stream(ctx); }
 static cublasHandle_t dir_blas(const qg_ctx *ctx, int d) { return d ? (cublasHandle_t)ctx->aux_cublas : qg_cuda_blas(ctx); }
 
-/* The aux stream waits for everything queued on the main stream so far. */
-static qg_status fork_aux(qg_ctx *ctx, const char *fn) {
-  QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, qg_cuda_stream(ctx)));
-  return qg_cuda_status(ctx, fn, cudaStreamWaitEvent((cudaStream_t)ctx->aux_stream, (cudaEvent_t)ctx->ev_fork, 0));
-}
-
-/* The main stream waits for everything queued on the aux stream so far. */
-static qg_status join_aux(qg_ctx *ctx, const char *fn) {
-  QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, (cudaStream_t)ctx->aux_stream));
-  return qg_cuda_status(ctx, fn, cudaStreamWaitEvent(qg_cuda_stream(ctx), (cudaEvent_t)ctx->ev_join, 0));
-}
-
 /* ---- captured fallback loops ------------------------------------------------------------------------
  * The fallback's per-step launches (a cuBLAS GEMM and a pointwise kernel per step) are host-bound
  * when launched one by one. A loop whose arguments (every pointer and size, the math mode; the key)
@@ -420,7 +408,7 @@ static qg_status gru_forward_dirs(qg_ctx *ctx, const char *fn, int ndirs, qg_ten
   }
   const float *xp = (const float *)x->data;
   const int two_streams = ndirs == 2 && !persist;
-  if (two_streams) QG_CHECK(fork_aux(ctx, fn));
+  if (two_streams) QG_CHECK(qg_cuda_fork_aux(ctx, fn));
   for (int d = 0; d < ndirs; d++) {
     const int sd = two_streams ? d : 0;
     const FwdDir &D = d ? a.d1 : a.d0;
@@ -440,7 +428,7 @@ static qg_status gru_forward_dirs(qg_ctx *ctx, const char *fn, int ndirs, qg_ten
       QG_CHECK(fwd_fallback(ctx, fn, a, d, ws + ndirs * wx_f + d * rh_f, observe, train));
     }
   }
-  if (two_streams) QG_CHECK(join_aux(ctx, fn));
+  if (two_streams) QG_CHECK(qg_cuda_join_aux(ctx, fn));
   if (persist) return persist_forward(ctx, fn, a, cfg, ndirs, observe, train);
   return QG_OK;
 }
@@ -549,7 +537,7 @@ static qg_status gru_backward_dirs(qg_ctx *ctx, const char *fn, int ndirs, qg_te
   }
   const int two_streams = ndirs == 2 && !persist;
   if (persist) QG_CHECK(persist_backward(ctx, fn, a, cfg, ndirs));
-  else if (two_streams) QG_CHECK(fork_aux(ctx, fn));
+  else if (two_streams) QG_CHECK(qg_cuda_fork_aux(ctx, fn));
   const float *xp = (const float *)x->data;
   for (int d = 0; d < ndirs; d++) {
     const int sd = two_streams ? d : 0;
@@ -571,7 +559,7 @@ static qg_status gru_backward_dirs(qg_ctx *ctx, const char *fn, int ndirs, qg_te
     J.j[1] = (ColJob){D.dq, (float *)dirs[d].dbr->data, w + 2 * big + 2 * dh_f + part_f};
     QG_CHECK(colsum(ctx, dir_stream(ctx, sd), fn, J, 2));
   }
-  if (two_streams) QG_CHECK(join_aux(ctx, fn));
+  if (two_streams) QG_CHECK(qg_cuda_join_aux(ctx, fn));
   /* dx [T*N, C] += dp W, direction 0 first, on the main stream */
   if (dx && C > 0)
     for (int d = 0; d < ndirs; d++) {

@@ -1827,8 +1827,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb)), cg(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H3, XS_TILE));
     /* the aux stream from here: its memory-bound splits run beside the main stream's GEMMs */
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(qg_cuda_fork_aux(ctx, fn));
     /* aux: dW = dp^T x~ (x's codes and the column maxima: the loop's side stream, where sc) */
     if (!sc) {
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ax>>>(xT, (const int32_t *)xq->data, TN, C,
@@ -1860,8 +1859,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       QG_CHECK(xs_dx_rows(ctx, fn, st, qg_cuda_blas(ctx), (float *)dx->data, dp, (const uint8_t *)saved->xmask->data, Dp, rsh, rco, PX, WT,
                           g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW, H3, H3p, C, 0, TN));
     }
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
+    QG_CHECK(qg_cuda_join_aux(ctx, fn));
   } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
      * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
@@ -1871,8 +1869,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       QG_CHECK(qg_cuda_launched(ctx, fn));
     }
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(qg_cuda_fork_aux(ctx, fn));
     /* tW [2][3H, C] = dp^T Xf (rows c 3H + j: piece c of dp's column j) */
     QG_CHECK(gemm_bf16_rm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, 1, 0, 2 * H3, C, TN, dp, 2 * H3, Xf, C, tW));
     masked_add2_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C, H3 * C, 0, H3 * C);
@@ -1884,8 +1881,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     if (dx && !side_dx)
       QG_CHECK(bf16_dx_rows(ctx, fn, st, qg_cuda_blas(ctx), (float *)dx->data, (const __nv_bfloat16 *)dp, (const uint8_t *)saved->xmask->data,
                             Wb, tX, H3, C, 0, TN));
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
+    QG_CHECK(qg_cuda_join_aux(ctx, fn));
   } else if (TN > 0 && H > 0) {
     deq_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((const int32_t *)xq->data, TN * C, QX, Xf);
     if (persistent) deq_kernel<<<qg_cuda_blocks(TN * H, 256), 256, 0, st>>>(bp.hq, TN * H, QH, Hf);   /* else the step kernel's */
@@ -1894,8 +1890,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
      * directions, kernels/gru.cu) beside dR and dx on the main one: neither GEMM fills the device
      * alone (tf32 at large: dW 0.61 ms on 96 of 132 multiprocessors) */
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_fork, st));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ax, (cudaEvent_t)ctx->ev_fork, 0));
+    QG_CHECK(qg_cuda_fork_aux(ctx, fn));
     QG_CHECK(sgemm_rm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, 1, 0, H3, C, TN, dp, Xf, 0.0f, tW));   /* dp^T [3H, TN] Xf [TN, C] */
     masked_add_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, tW, g->mask[QG_W_W], H3 * C);
     QG_CHECK(qg_cuda_launched(ctx, fn));
@@ -1907,8 +1902,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       masked_add_kernel<<<qg_cuda_blocks(TN * C, 256), 256, 0, st>>>((float *)dx->data, tX, (const uint8_t *)saved->xmask->data, TN * C);
       QG_CHECK(qg_cuda_launched(ctx, fn));
     }
-    QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_join, ax));
-    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, (cudaEvent_t)ctx->ev_join, 0));
+    QG_CHECK(qg_cuda_join_aux(ctx, fn));
   }
   return QG_OK;
 }
