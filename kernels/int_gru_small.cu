@@ -37,7 +37,6 @@
 
 #include <string.h>
 
-
 /* output.h codes of step s (before the step: the state after s steps), as int_gru.cu's h_at. */
 __device__ __forceinline__ int32_t *isk_h_at(const isk_params &p, int64_t s) {
   return p.hq ? p.hq + s * p.N * p.H : p.hping + (s & 1) * p.N * p.H;
@@ -300,9 +299,10 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
  * registers, ISK_RING - 1 steps ahead (no shared-memory ring). The products use
  * several partial sums per row (shorter __dp4a chains). Both barriers are bar.sync of every
  * thread (a first version had Z pass barrier 1 by bar.arrive and do its stores after it:
- * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it). */
-/* bar.sync (barrier.sync.aligned: every thread must execute the same instruction). Both roles run
- * one loop with the barriers in common code and their work in warp-uniform branches between them.
+ * compute-sanitizer's racecheck reported hazards on the ring and the h plane under it).
+ * The barriers are bar_sync_named (ptx.cuh: bar.sync, barrier.sync.aligned, which every thread of
+ * a warp must reach from the same instruction). Both roles run one loop with the barriers in
+ * common code and their work in warp-uniform branches between them.
  * (Until session 19 each role had a loop of its own, so the roles reached a barrier from
  * different instructions: compute-sanitizer synccheck reported "divergent thread(s) in block";
  * the non-aligned form, barrier.sync, passed it but ran 9% slower, long-kws int8 inference
