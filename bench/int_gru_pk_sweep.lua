@@ -1,0 +1,60 @@
+-- bench/int_gru_pk_sweep.lua: the integer GRU's inference forward (the C call, int8 everywhere)
+-- at seed-small, seed-qat and medium, under the automatic shape and over every forced cluster
+-- shape of the persistent cluster kernel (qg_ctx_set_persist_shape: CS CTAs a cluster, NB batch
+-- rows), each output compared bit for bit with the automatic one ("DIFF" if not). A forced shape
+-- that does not fit runs the per-step fallback under the auto path (the ~0.4-1.4 ms entries).
+-- CUDA events, median of 20 after 3 (ms). Why: to check the cost model of pk_choose
+-- (kernels/int_gru.cu) against measurement at the small shapes (bench/cuda_int_gru.md, session 23).
+--   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_pk_sweep.lua
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
+local qgru = require("qgru")
+local clib = require("qgru.clib")
+local nn, quant = qgru.nn, qgru.quant
+local Tensor = qgru.Tensor
+local ffi, lib = clib.ffi, clib.lib
+local util = require("int_gru_util")
+local dev = "cuda"
+local ctx = clib.context(dev)
+local function check(st) clib.check(ctx, st, 2) end
+local function time(f, reps, warm)
+  for _ = 1, warm do f() end
+  check(lib.qg_ctx_synchronize(ctx))
+  local ts, ms = {}, ffi.new("double[1]")
+  for r = 1, reps do check(lib.qg_ctx_timer_start(ctx)); f(); check(lib.qg_ctx_timer_stop(ctx, ms)); ts[r] = ms[0] end
+  return util.median(ts)
+end
+for _, sh in ipairs({ { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256, 512 } }) do
+  local T, N, C, H = sh[1], sh[2], sh[3], sh[4]
+  qgru.seed(1)
+  local gru = nn.GRU(C, H)
+  quant.prepare(gru, quant.uniform(8))
+  quant.calibrate(gru, { qgru.zeros({ 4, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
+  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
+  local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
+  local h = util.layer_on(ctx, lq, C, H)
+  local x = qgru.zeros({ T, N, C }):uniform(-1, 1):to(dev)
+  local y, hn = Tensor.new({ T, N, H }, "f32", dev), Tensor.new({ N, H }, "f32", dev)
+  local function fwd() check(lib.qg_int_gru_forward(ctx, h, y.t, 0, hn.t, nil, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0)) end
+  local line = {}
+  check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0))
+  line[#line + 1] = string.format("auto %.3f", time(fwd, 20, 3))
+  local ref = y:to("cpu"):totable()
+  for _, cs in ipairs({ 1, 2, 4, 8, 16 }) do
+    for _, rows in ipairs({ 1, 2, 4, 8 }) do
+      if 8 * rows <= math.max(8, N) * 2 then
+        check(lib.qg_ctx_set_persist_shape(ctx, cs, rows, 0, 0))
+        local ok, t = pcall(time, fwd, 20, 3)
+        if ok then
+          local same = true
+          local yt = y:to("cpu"):totable()
+          for a = 1, T do for b = 1, N do for c = 1, H do if yt[a][b][c] ~= ref[a][b][c] then same = false end end end end
+          line[#line + 1] = string.format("CS%d NB%d %.3f%s", cs, 8 * rows, t, same and "" or " DIFF")
+        else
+          line[#line + 1] = string.format("CS%d NB%d n/a", cs, 8 * rows)
+        end
+      end
+    end
+  end
+  check(lib.qg_ctx_set_persist_shape(ctx, 0, 0, 0, 0))
+  print(string.format("T%d N%d C%d H%d: %s", T, N, C, H, table.concat(line, " | ")))
+end
