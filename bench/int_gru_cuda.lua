@@ -8,7 +8,6 @@
 package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
 local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
@@ -44,17 +43,11 @@ for _, s in ipairs(SHAPES) do
   all[#all + 1] = { T = 1, N = s.N, C = s.C, H = s.H }
 end
 for _, s in ipairs(all) do
-  qgru.seed(1)
-  local gru = nn.GRU(s.C, s.H)
-  quant.prepare(gru, quant.uniform(8))
-  quant.calibrate(gru, { qgru.zeros({ 10, 8, s.C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
-  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
   local ctx = clib.context(dev)
+  local h, W, R, bx, br = util.int8_layer(ctx, s.C, s.H, dev, 10)
   local x = qgru.zeros({ s.T, s.N, s.C }):uniform(-1, 1):to(dev)
-  local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
   local y = Tensor.new({ s.T, s.N, s.H }, "f32", dev)
   local hn = Tensor.new({ s.N, s.H }, "f32", dev)
-  local h = util.layer_on(clib.context(dev), lq, s.C, s.H)
   local sv = { hq = Tensor.new({ s.T + 1, s.N, s.H }, "i32", dev), cell = Tensor.new({ s.T, s.N, s.H, lib.qg_int_gru_cell_bytes(h) }, "u8", dev),
                xq = Tensor.new({ s.T, s.N, s.C }, "i32", dev), xmask = Tensor.new({ s.T, s.N, s.C }, "u8", dev) }
   local saved = ffi.new("qg_int_gru_saved")

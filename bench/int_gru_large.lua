@@ -11,7 +11,6 @@
 package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
 local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
@@ -25,30 +24,11 @@ local dev = "cuda"
 
 local function check(ctx, st) clib.check(ctx, st, 2) end
 local util = require("int_gru_util")
-local median = util.median
 
 local ctx = clib.context(dev)
-local function time(f)
-  for _ = 1, warm do f() end
-  check(ctx, lib.qg_ctx_synchronize(ctx))
-  local ts = {}
-  local ms = ffi.new("double[1]")
-  for r = 1, reps do
-    check(ctx, lib.qg_ctx_timer_start(ctx))
-    f()
-    check(ctx, lib.qg_ctx_timer_stop(ctx, ms))
-    ts[r] = ms[0]
-  end
-  return median(ts)
-end
+local function time(f) return util.time(ctx, f, reps, warm) end
 
-qgru.seed(1)
-local gru = nn.GRU(C, H)
-quant.prepare(gru, quant.uniform(8))
-quant.calibrate(gru, { qgru.zeros({ 4, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
-local lq, w = gru.qstate.layers[0], gru.weights[0][0]
-local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
-local h = util.layer_on(clib.context(dev), lq, C, H)
+local h, W, R, bx, br = util.int8_layer(ctx, C, H, dev, 4)
 
 local function run(Ts)
   local x = qgru.zeros({ Ts, N, C }):uniform(-1, 1):to(dev)

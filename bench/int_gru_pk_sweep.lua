@@ -9,29 +9,16 @@
 package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
 local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 local util = require("int_gru_util")
 local dev = "cuda"
 local ctx = clib.context(dev)
 local function check(st) clib.check(ctx, st, 2) end
-local function time(f, reps, warm)
-  for _ = 1, warm do f() end
-  check(lib.qg_ctx_synchronize(ctx))
-  local ts, ms = {}, ffi.new("double[1]")
-  for r = 1, reps do check(lib.qg_ctx_timer_start(ctx)); f(); check(lib.qg_ctx_timer_stop(ctx, ms)); ts[r] = ms[0] end
-  return util.median(ts)
-end
+local function time(f, reps, warm) return util.time(ctx, f, reps, warm) end
 for _, sh in ipairs({ { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256, 512 } }) do
   local T, N, C, H = sh[1], sh[2], sh[3], sh[4]
-  qgru.seed(1)
-  local gru = nn.GRU(C, H)
-  quant.prepare(gru, quant.uniform(8))
-  quant.calibrate(gru, { qgru.zeros({ 4, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
-  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
-  local W, R, bx, br = w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
-  local h = util.layer_on(ctx, lq, C, H)
+  local h, W, R, bx, br = util.int8_layer(ctx, C, H, dev, 4)
   local x = qgru.zeros({ T, N, C }):uniform(-1, 1):to(dev)
   local y, hn = Tensor.new({ T, N, H }, "f32", dev), Tensor.new({ N, H }, "f32", dev)
   local function fwd() check(lib.qg_int_gru_forward(ctx, h, y.t, 0, hn.t, nil, nil, x.t, W.t, R.t, bx.t, br.t, nil, nil, 0)) end

@@ -12,7 +12,6 @@
 package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
 local Tensor = qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
@@ -55,16 +54,10 @@ print(string.format("integer GRU layer forward on cuda, int8, median of %d (ms, 
 print(string.format("%-16s %-18s %10s %10s", "shape", "variant", "infer", "train"))
 for _, s in ipairs(SHAPES) do
   if only and s.name ~= only then goto next_shape end
-  qgru.seed(1)
-  local gru = nn.GRU(s.C, s.H)
-  quant.prepare(gru, quant.uniform(8))
-  quant.calibrate(gru, { qgru.zeros({ 10, 8, s.C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
-  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
+  local h, W, R, bx, br = util.int8_layer(ctx, s.C, s.H, "cuda", 10)
   local x = qgru.zeros({ s.T, s.N, s.C }):uniform(-1, 1):to("cuda")
-  local W, R, bx, br = w.W:to("cuda"), w.R:to("cuda"), w.bx:to("cuda"), w.br:to("cuda")
   local y = Tensor.new({ s.T, s.N, s.H }, "f32", "cuda")
   local hn = Tensor.new({ s.N, s.H }, "f32", "cuda")
-  local h = util.layer_on(ctx, lq, s.C, s.H)
   local sv = { hq = Tensor.new({ s.T + 1, s.N, s.H }, "i32", "cuda"), cell = Tensor.new({ s.T, s.N, s.H, lib.qg_int_gru_cell_bytes(h) }, "u8", "cuda"),
                xq = Tensor.new({ s.T, s.N, s.C }, "i32", "cuda"), xmask = Tensor.new({ s.T, s.N, s.C }, "u8", "cuda") }
   local saved = ffi.new("qg_int_gru_saved")

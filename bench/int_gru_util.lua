@@ -23,6 +23,34 @@ function M.layer_on(ctx, lq, C, H)
   return h
 end
 
+-- A calibrated int8 layer: qgru.seed(1), an nn.GRU(C, H) prepared with quant.uniform(8) and
+-- calibrated by minmax (2 passes) on one uniform [-1, 1] batch of calib_T x 8 x C; returns its C
+-- layer on ctx (M.layer_on) and the weights W, R, bx, br on dev.
+function M.int8_layer(ctx, C, H, dev, calib_T)
+  local qgru = require("qgru")
+  qgru.seed(1)
+  local gru = qgru.nn.GRU(C, H)
+  qgru.quant.prepare(gru, qgru.quant.uniform(8))
+  qgru.quant.calibrate(gru, { qgru.zeros({ calib_T, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
+  local lq, w = gru.qstate.layers[0], gru.weights[0][0]
+  return M.layer_on(ctx, lq, C, H), w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
+end
+
+-- The median over reps calls of f of the time of the work f enqueues on ctx (CUDA events:
+-- qg_ctx_timer_start / stop), after warm calls and a synchronize.
+function M.time(ctx, f, reps, warm)
+  for _ = 1, warm do f() end
+  clib.check(ctx, lib.qg_ctx_synchronize(ctx), 2)
+  local ts, ms = {}, ffi.new("double[1]")
+  for r = 1, reps do
+    clib.check(ctx, lib.qg_ctx_timer_start(ctx), 2)
+    f()
+    clib.check(ctx, lib.qg_ctx_timer_stop(ctx, ms), 2)
+    ts[r] = ms[0]
+  end
+  return M.median(ts)
+end
+
 -- The median of t (sorts t in place); the lower middle for an even count.
 function M.median(t)
   table.sort(t)
