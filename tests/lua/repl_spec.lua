@@ -213,7 +213,18 @@ describe("REPL in a terminal (tmux)", function()
   local function start()
     local cmd = string.format("cd '%s' && HOME=/nonexistent QGRU_NO_INSTALL=1 QGRU_HISTORY='%s' QGRU_BUILD_DIR='%s' LD_PRELOAD='%s' ./qgru",
                               ROOT, hist, lib:match("^(.*)/[^/]+$"), os.getenv("LD_PRELOAD") or "")
-    sh(tmux .. "new-session -d -s r -x 160 -y 60 \"" .. cmd .. "; sleep 30\"")
+    -- the server must be up before the test talks to it: a start that leaves no server (seen once
+    -- in CI: "no server running" on every poll) is retried once, with tmux's own words kept
+    local said = {}
+    for attempt = 1, 2 do
+      said[attempt] = sh(tmux .. "new-session -d -s r -x 160 -y 60 \"" .. cmd .. "; sleep 30\"")
+      for _ = 1, 50 do
+        if sh(tmux .. "has-session -t r && echo up"):match("up") then return end
+        sh("sleep 0.1")
+      end
+      io.stderr:write("repl_spec: tmux session not up after start " .. attempt .. ": " .. said[attempt] .. "\n")
+    end
+    error("tmux did not start the session: " .. table.concat(said, " / "))
   end
   local function screen() return sh(tmux .. "capture-pane -p -S -200 -t r") end
   -- waits until the screen shows pattern (plain text) n times
