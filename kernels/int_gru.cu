@@ -29,10 +29,13 @@
  *        rows; CTA `rank` holds the int8 planes of R's rows for units [rank U, rank U + U) (all
  *        three gates) in shared memory and computes R h for them with mma.sync (work items of
  *        16 rows x 8 batch rows x a part of K over the warps, partial sums in shared memory);
- *        each thread then runs the cell of one (unit, row), the CTA's new output.h planes are
- *        pushed into every peer's next h buffer through distributed shared memory, 4 bytes a
- *        store, with the per-row sums of (r - c0) the zero-point term needs (warp reductions);
- *        one cluster barrier per step (a block barrier when CS = 1). Where no row of R has a
+ *        each thread then runs the cells of one unit for one batch row (two in the 32-bit mode
+ *        where a CTA's cells exceed its 256 threads), the CTA's new output.h planes are pushed
+ *        into every peer's next h buffer through distributed shared memory, 4 bytes a store
+ *        (st.async), with the per-row sums of (r - c0) the zero-point term needs (warp
+ *        reductions); each CTA's mbarrier per h buffer counts the bytes of a step's pushes, so a
+ *        step waits for its h only, not for a cluster barrier (whose release waited for the y
+ *        stores as well; a block barrier when CS = 1). Where no row of R has a
  *        zero-point term (symmetric signed <= 8-bit R: roff = 0) the row sums are skipped and
  *        each thread pushes its own bytes straight after its cell (4 lanes gather a word for
  *        the peers), without the slice and its barrier. Operands of <= 16 bits; the
@@ -90,8 +93,8 @@
 #include "cuda_common.cuh"
 #include "int_gru_common.cuh"
 #include "int_gru_small.cuh"
-#include "mbarrier.cuh"   /* tc_grid_kernel's roles */
-#include "ptx.cuh"        /* mma.sync, ldmatrix, cp.async, arrival counters */
+#include "mbarrier.cuh"   /* tc_grid_kernel's roles, the cluster kernel's h exchange */
+#include "ptx.cuh"        /* mma.sync, ldmatrix, cp.async, arrival counters, st.async */
 #include "stats.cuh"
 #include "wx_gemm.cuh"
 #include "../core/int_gru.h"
@@ -100,6 +103,7 @@
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mutex>
 #include <type_traits>
 
 namespace cg = cooperative_groups;
@@ -1084,7 +1088,7 @@ struct pk_params {
   int eX;
   int32_t *c32_flag;
   /* shared memory layout (bytes) */
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_lut, smem;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_mb, off_lut, smem;
   int lut_smem;
 };
 
@@ -1106,7 +1110,7 @@ __device__ __forceinline__ S warp_sum(S v) {
  * cell (qg_cell32_unit, into registers) once, and runs qg_cell32_forward at every step; a unit
  * outside the 32-bit bounds (its bias terms) runs the general cell on the same accumulators and
  * raises c32_flag. Both give the same codes, so the choice is per unit. */
-template <int WIDE, int OBS, int A32>
+template <int WIDE, int OBS, int A32, int CPT>
 __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kernel(const __grid_constant__ pk_params p) {
   typedef typename std::conditional<A32, uint32_t, int64_t>::type sum_t;
   cg::cluster_group cluster = cg::this_cluster();
@@ -1145,6 +1149,18 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
   if (p.lut_smem) cell_luts_to_smem(&q, (int32_t *)(smem + p.off_lut), tid, nthr);
   for (int64_t e = tid; e < 2 * hbuf / 16; e += nthr) ((int4 *)Hs)[e] = make_int4(0, 0, 0, 0);
   for (int e = tid; e < 2 * CS * NB; e += nthr) part[e] = 0;
+  /* CS > 1: hb[b] counts the bytes the cluster stores into h buffer b (and its row sums): each
+   * phase is one step's exchange, armed by thread 0 with the bytes of all CS CTAs; hb[1] first
+   * takes h_1, hb[0] h_2 (h_0 is written locally below) */
+  uint64_t *hb = (uint64_t *)(smem + p.off_mb);
+  const uint32_t tx_bytes = (uint32_t)(CS * PH * NB * U + (p.need_sh ? CS * NB * (int)sizeof(sum_t) : 0));
+  if (CS > 1 && tid == 0) {
+    mb_init(&hb[0], 1);
+    mb_init(&hb[1], 1);
+    mb_init_fence_cluster();
+    mb_arrive_expect_tx(&hb[1], tx_bytes);
+    mb_arrive_expect_tx(&hb[0], tx_bytes);
+  }
   const int Mt = Mp / 16, Nt = NB / 8, Ks = Kp / 32, nitems = Mt * Nt * p.ksplit, Mps = Mp + 4;
   for (int it = tid; it < nitems; it += nthr) {
     const int mt = it % Mt, rest = it / Mt, nt = rest % Nt, ks = rest / Nt;
@@ -1168,20 +1184,29 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
     sum = warp_sum(sum);
     if (lane == 0) part[nl] = sum;
   }
-  /* this thread's cell: unit u of the slice, row nl of the tile */
+  /* this thread's CPT cells: unit u of the slice, rows nl + ci NB / CPT of the tile (ci < CPT; two
+   * rows of one unit share the unit's registers: the 32-bit cell's rows, rconst, roff) */
+  const int NBq = NB / CPT;
   const int u = tid % U, nl = tid / U;
-  const int64_t i = i0 + u, n = n0 + nl;
-  const bool mine = tid < U * NB;   /* owns a slot of the slice (maybe a padding one) */
-  const bool active = mine && u < Ureal && n < N;
+  const int64_t i = i0 + u;
+  const bool mine = tid < U * NBq;   /* owns slots of the slice (maybe padding ones) */
+  bool active[CPT];
+  int64_t n[CPT], hprev[CPT], Ln[CPT];
+#pragma unroll
+  for (int ci = 0; ci < CPT; ci++) {
+    n[ci] = n0 + nl + ci * NBq;
+    active[ci] = mine && u < Ureal && n[ci] < N;   /* active[ci] implies active[0] */
+    hprev[ci] = 0;
+    Ln[ci] = 0;
+  }
   const qg_qp QH = q.a[QG_Q_OUTPUT_H], QRH = q.a[QG_Q_MATMUL_RH];
   qg_cell_in base_in;
   sum_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
   int srh[3] = {0, 0, 0};
-  int64_t hprev = 0, Ln = 0;
   base_in.mask = 0;
   base_in.hprev = 0;
   for (int k = 0; k < 3; k++) base_in.wx[k] = base_in.rh[k] = base_in.bx[k] = base_in.br[k] = base_in.ebx[k] = base_in.ebr[k] = 0;
-  if (active) {
+  if (active[0]) {
     if (!A32) fill_bias(c, i, &base_in);
     for (int k = 0; k < 3; k++) {
       const int64_t j = k * H + i;
@@ -1189,14 +1214,18 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
       roff[k] = (sum_t)p.roff[j];
       srh[k] = c.eR[j] + QH.e;
     }
-    hprev = hq0[n * H + i];
-    Ln = length_at(c.L, n, T);
   }
+#pragma unroll
+  for (int ci = 0; ci < CPT; ci++)
+    if (active[ci]) {
+      hprev[ci] = hq0[n[ci] * H + i];
+      Ln[ci] = length_at(c.L, n[ci], T);
+    }
   /* A32: the rows of the 32-bit cell of this CTA's units (computed by the threads of row 0 into
    * shared memory), then each thread's unit's rows in registers for all steps */
   int32_t *Ps = (int32_t *)(smem + p.off_P);   /* [QG_C32_ROWS][U] */
   int use32 = 1;
-  if (A32 && active && nl == 0) {
+  if (A32 && active[0] && nl == 0) {
     use32 = cell32_unit_rows(Ps, U, u, &q, H, i, p.eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
     if (!use32) *p.c32_flag = 1;
   }
@@ -1204,39 +1233,57 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
   use32 = __syncthreads_and(use32);
   int32_t P[QG_C32_ROWS];
 #pragma unroll
-  for (int r = 0; r < QG_C32_ROWS; r++) P[r] = A32 && use32 && active ? Ps[r * U + u] : 0;
+  for (int r = 0; r < QG_C32_ROWS; r++) P[r] = A32 && use32 && active[0] ? Ps[r * U + u] : 0;
   qg_cell32 c32 = p.c32;
   c32.P = P;
   c32.H = 1;
 #pragma unroll
   for (int k = 0; k < 3; k++) c32.lut[k] = q.lut[k];
   const double yscale = ldexp(1.0, -QH.e);
-  if (mine && p.need_sh) {   /* padding slots push zeros */
-    for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
-    contrib[tid] = 0;
-  }
+  if (mine && p.need_sh)   /* padding slots push zeros */
+    for (int ci = 0; ci < CPT; ci++) {
+      for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl + ci * NBq) * U + u] = 0;
+      contrib[(nl + ci * NBq) * U + u] = 0;
+    }
   /* need_sh: this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
   const int words = U / 4, has_word = tid < PH * NB * words;
   const int64_t word_src = has_word ? (int64_t)(tid / words) * U + 4 * (tid % words) : 0;
   const int64_t word_dst = has_word ? (int64_t)(tid / words) * HS + i0 + 4 * (tid % words) : 0;
   cluster.sync();
 
-  /* the steps; C32 (a compile-time bool): the 32-bit cell. The same barriers in either loop, so
+  /* the steps; C32 (a compile-time bool): the 32-bit cell. The same exchange in either loop, so
    * CTAs of a cluster may run different ones. */
   auto steps = [&](auto c32_tag) {
   constexpr bool C32 = decltype(c32_tag)::value;
   for (int64_t s = 0; s < T; s++) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
+    /* CS > 1: h_s (s >= 1) has arrived when hb[cur] completes the phase of that step: phase
+     * (s - 1) / 2 of the barrier (h_1, h_3, ... on hb[1]; h_2, h_4, ... on hb[0]). Every thread
+     * of the CTA has pushed h_s, so has read accp, part[nxt] and buffer nxt of step s - 1: the
+     * wait orders this step's writes after those reads, as the block barrier it replaces did.
+     * Then thread 0 arms the barrier's next phase (h_{s+2}) before its own push of h_{s+1},
+     * which every peer needs before it can push h_{s+2}. */
+    if (CS > 1 && s > 0) {
+      mb_wait_cluster(&hb[cur], (int)(((s - 1) >> 1) & 1));
+      if (tid == 0) mb_arrive_expect_tx(&hb[cur], tx_bytes);
+    }
     /* this step's W x codes (A32: accumulators), fetched before the products to hide their latency */
-    const bool valid = active && s < Ln;
-    const int64_t t = valid ? (c.reverse ? Ln - 1 - s : s) : 0;
-    int32_t wxc[3] = {0, 0, 0};
-    uint32_t wxm = 0;
-    if (valid) {
-      const int64_t row = (t * N + n) * H3;
-      for (int k = 0; k < 3; k++) {
-        wxc[k] = c.qwx[row + k * H + i];
-        if (!A32) wxm |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
+    bool valid[CPT];
+    int64_t t[CPT];
+    int32_t wxc[CPT][3];
+    uint32_t wxm[CPT];
+#pragma unroll
+    for (int ci = 0; ci < CPT; ci++) {
+      valid[ci] = active[ci] && s < Ln[ci];
+      t[ci] = valid[ci] ? (c.reverse ? Ln[ci] - 1 - s : s) : 0;
+      wxm[ci] = 0;
+      for (int k = 0; k < 3; k++) wxc[ci][k] = 0;
+      if (valid[ci]) {
+        const int64_t row = (t[ci] * N + n[ci]) * H3;
+        for (int k = 0; k < 3; k++) {
+          wxc[ci][k] = c.qwx[row + k * H + i];
+          if (!A32) wxm[ci] |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
+        }
       }
     }
     /* R h: items (m tile, n tile, k part) over the warps */
@@ -1266,30 +1313,35 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
     }
     __syncthreads();
     /* the cells */
-    int64_t hnew = hprev;
-    if (active) {
-      if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
-        zero_cell(c, s, n, i);
-        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+    int64_t hnew[CPT];
+#pragma unroll
+    for (int ci = 0; ci < CPT; ci++) {
+    const int nq = nl + ci * NBq;
+    const int64_t nn = n[ci], tt = t[ci];
+    hnew[ci] = hprev[ci];
+    if (active[ci]) {
+      if (!valid[ci]) {   /* padded step (t = s): the state stays, y = 0 */
+        zero_cell(c, s, nn, i);
+        c.y[(s * N + nn) * c.Hy + c.y_offset + i] = 0.0f;
       } else {
         sum_t sh = 0;
         if (p.need_sh)
-          for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
+          for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nq];
         sum_t a[3];
         for (int k = 0; k < 3; k++) {
           const int lr = k * U + u;
           a[k] = rconst[k] + roff[k] * sh;
-          for (int ks = 0; ks < p.ksplit; ks++) a[k] += accp[((int64_t)ks * NB + nl) * Mps + lr];
+          for (int ks = 0; ks < p.ksplit; ks++) a[k] += accp[((int64_t)ks * NB + nq) * Mps + lr];
         }
         if (C32) {
           qg_cell32_out o;
-          qg_cell32_forward(&c32, 0, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o);
-          hnew = o.h;
-          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
+          qg_cell32_forward(&c32, 0, wxc[ci][0], wxc[ci][1], wxc[ci][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev[ci], &o);
+          hnew[ci] = o.h;
+          c.y[(tt * N + nn) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
           if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
             uint32_t w[3];
             qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, w);
-            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
+            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + nn) * H + i) * 12);
             d[0] = w[0]; d[1] = w[1]; d[2] = w[2];
           }
         } else {
@@ -1299,13 +1351,13 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
             in.mask = 0;
             for (int k = 0; k < 3; k++) {
               int m;
-              in.wx[k] = qg_requant64(wxc[k], p.eW[k * H + i] + p.eX, q.a[QG_Q_MATMUL_WX], &m);
+              in.wx[k] = qg_requant64(wxc[ci][k], p.eW[k * H + i] + p.eX, q.a[QG_Q_MATMUL_WX], &m);
               in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
             }
           } else {
             in = base_in;
-            in.mask = wxm;
-            for (int k = 0; k < 3; k++) in.wx[k] = wxc[k];
+            in.mask = wxm[ci];
+            for (int k = 0; k < 3; k++) in.wx[k] = wxc[ci][k];
           }
           for (int k = 0; k < 3; k++) {
             const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
@@ -1314,43 +1366,59 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
             if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
             in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
           }
-          in.hprev = hprev;
-          hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
+          in.hprev = hprev[ci];
+          hnew[ci] = run_cell<WIDE, OBS>(&q, c, s, tt, nn, i, &in);
         }
       }
-      if (c.hq) c.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
-      else if (s == T - 1) h_at(c, T)[n * H + i] = (int32_t)hnew;
-      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
-      hprev = hnew;
+      if (c.hq) c.hq[((s + 1) * N + nn) * H + i] = (int32_t)hnew[ci];
+      else if (s == T - 1) h_at(c, T)[nn * H + i] = (int32_t)hnew[ci];
+      if (s == T - 1 && c.hn) c.hn[nn * H + i] = (float)qg_deq(hnew[ci], QH);
+      hprev[ci] = hnew[ci];
     }
-    /* the new output.h planes to every CTA of the cluster */
+    }
+    /* the new output.h planes to every CTA of the cluster (none after the last step): plain
+     * shared stores when CS = 1 (the block barrier below orders them), else st.async into each
+     * peer's buffer nxt, counted on its hb[nxt] */
+    if (s + 1 < T) {
+    const uint32_t mb_nxt = smem_addr(&hb[nxt]);
     if (p.need_sh) {   /* through the slice, with the row sums of r - c0 (warp reductions) */
-      if (active) {
-        int8_t p0, p1;
-        split_planes(hnew, p.baseH, PH, &p0, &p1);
-        slice[(int64_t)nl * U + u] = p0;
-        if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
-        contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
-      }
+      for (int ci = 0; ci < CPT; ci++)
+        if (active[ci]) {
+          const int nq = nl + ci * NBq;
+          int8_t p0, p1;
+          split_planes(hnew[ci], p.baseH, PH, &p0, &p1);
+          slice[(int64_t)nq * U + u] = p0;
+          if (PH == 2) slice[(int64_t)(NB + nq) * U + u] = p1;
+          contrib[nq * U + u] = (int32_t)(hnew[ci] - p.baseH - p.c0H);
+        }
       __syncthreads();
-      if (has_word) {   /* CS = 1: plain shared stores (the block barrier below orders them) */
+      if (has_word) {
         const uint32_t v = *(const uint32_t *)(slice + word_src);
         if (CS == 1) *(uint32_t *)(Hs + nxt * hbuf + word_dst) = v;
-        else
-          for (int r = 0; r < CS; r++) *(uint32_t *)(cluster.map_shared_rank(Hs, (unsigned)r) + nxt * hbuf + word_dst) = v;
+        else {
+          const uint32_t d = smem_addr(Hs + nxt * hbuf + word_dst);
+          for (int r = 0; r < CS; r++) st_async_b32(mapa_shared(d, r), v, mapa_shared(mb_nxt, r));
+        }
       }
       for (int rl = warp; rl < NB; rl += nwarps) {
         sum_t sum = 0;
         for (int uu = lane; uu < U; uu += 32) sum += (sum_t)contrib[rl * U + uu];
         sum = warp_sum(sum);
         if (CS == 1) { if (lane == 0) part[nxt * NB + rl] = sum; }
-        else
-          for (int r = lane; r < CS; r += 32) cluster.map_shared_rank(part, (unsigned)r)[(nxt * CS + rank) * NB + rl] = sum;
+        else {
+          const uint32_t d = smem_addr(&part[(nxt * CS + rank) * NB + rl]);
+          for (int r = lane; r < CS; r += 32) {
+            if (sizeof(sum_t) == 4) st_async_b32(mapa_shared(d, r), (uint32_t)sum, mapa_shared(mb_nxt, r));
+            else st_async_b64(mapa_shared(d, r), (uint64_t)sum, mapa_shared(mb_nxt, r));
+          }
+        }
       }
     } else {   /* straight from the cells: no row sums, no slice, no barrier before the push */
+#pragma unroll
+      for (int ci = 0; ci < CPT; ci++) {
       int8_t p0 = 0, p1 = 0;
-      if (active) split_planes(hnew, p.baseH, PH, &p0, &p1);
-      int8_t *dst = Hs + nxt * hbuf + (int64_t)nl * HS + i0 + u;
+      if (active[ci]) split_planes(hnew[ci], p.baseH, PH, &p0, &p1);
+      int8_t *dst = Hs + nxt * hbuf + (int64_t)(nl + ci * NBq) * HS + i0 + u;
       if (CS == 1) {
         if (mine) {
           dst[0] = p0;
@@ -1366,18 +1434,21 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
           w1 |= __shfl_xor_sync(0xffffffffu, w1, 2);
         }
         if (mine) {
-          int8_t *d0 = dst - (tid & 3);
+          const uint32_t d0 = smem_addr(dst - (tid & 3));
           for (int r = tid & 3; r < CS; r += 4) {
-            int8_t *pd = cluster.map_shared_rank(d0, (unsigned)r);
-            *(uint32_t *)pd = w0;
-            if (PH == 2) *(uint32_t *)(pd + (int64_t)NB * HS) = w1;
+            const uint32_t mb = mapa_shared(mb_nxt, r);
+            st_async_b32(mapa_shared(d0, r), w0, mb);
+            if (PH == 2) st_async_b32(mapa_shared(d0 + (uint32_t)(NB * HS), r), w1, mb);
           }
         }
       }
+      }
+    }
     }
     if (CS == 1) __syncthreads();
-    else cluster.sync();
   }
+  /* no CTA leaves while a peer may still store into it */
+  if (CS > 1) cluster.sync();
   };
   if (A32 && use32) steps(std::true_type());
   else steps(std::false_type());
@@ -1411,19 +1482,20 @@ static int64_t planes_off(op_planes p, int32_t z) { return p.c0 + p.base - z; }
 
 /* One configuration of the persistent kernel. */
 struct pk_plan {
-  int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem;
-  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_lut, smem, clusters;
+  int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem, cpt;
+  int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_mb, off_lut, smem, clusters;
   double cost;
 };
 
-/* Sizes of configuration (CS, NB) for H units; 0 when it does not fit a block. */
-static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, int max_threads, pk_plan *c) {
+/* Sizes of configuration (CS, NB, cpt cells a thread) for H units; 0 when it does not fit a block. */
+static int pk_layout(int CS, int NB, int cpt, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, int max_threads,
+                     pk_plan *c) {
   const int64_t U = round_up((H + CS - 1) / CS, 4);
-  if (U * NB > max_threads) return 0;
-  c->CS = CS; c->NB = NB; c->U = (int)U;
+  if (U * NB > (int64_t)max_threads * cpt) return 0;
+  c->CS = CS; c->NB = NB; c->U = (int)U; c->cpt = cpt;
   c->Kp = (int)round_up(CS * U, 32);
   c->Mp = (int)round_up(3 * U, 16);
-  c->threads = (int)round_up(U * NB, 32);
+  c->threads = (int)round_up(U * NB / cpt, 32);
   if (c->threads < 64) c->threads = 64;
   const int nwarps = c->threads / 32, Mt = c->Mp / 16, Nt = NB / 8, Ks = c->Kp / 32;
   int64_t best = -1;
@@ -1439,6 +1511,7 @@ static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_byte
   c->off_contrib = round_up(o, 16); o = c->off_contrib + (int64_t)NB * U * 4;
   c->off_items = round_up(o, 16); o = c->off_items + (int64_t)(c->Mp / 16) * (NB / 8) * c->ksplit * 16;
   c->off_P = round_up(o, 16); o = c->off_P + (int64_t)QG_C32_ROWS * U * 4;
+  c->off_mb = round_up(o, 16); o = c->off_mb + 16;
   c->off_lut = round_up(o, 16);
   c->lut_smem = lut_bytes > 0 && lut_bytes <= 65536 && c->off_lut + lut_bytes <= smem_max;
   c->smem = c->lut_smem ? c->off_lut + lut_bytes : c->off_lut;
@@ -1447,81 +1520,127 @@ static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_byte
 
 typedef void (*pk_kernel)(pk_params);
 
+/* The kernel of a variant: 64- or 128-bit sums, observer, the 32-bit mode (whose CTAs may run two
+ * cells a thread: cpt). */
+static pk_kernel pk_kernel_of(int wide, int obs, int a32, int cpt) {
+  if (a32) {
+    if (cpt == 2) return wide ? persistent_kernel<1, 0, 1, 2> : persistent_kernel<0, 0, 1, 2>;
+    return wide ? persistent_kernel<1, 0, 1, 1> : persistent_kernel<0, 0, 1, 1>;
+  }
+  if (wide) return obs ? persistent_kernel<1, 1, 0, 1> : persistent_kernel<1, 0, 0, 1>;
+  return obs ? persistent_kernel<0, 1, 0, 1> : persistent_kernel<0, 0, 0, 1>;
+}
+
 /* The fastest configuration that launches, by a model of the per-step time (waves of clusters x
- * cells per CTA, then the smaller cluster); *found = 0 when none fits. */
-static qg_status pk_choose(qg_ctx *ctx, const char *fn, pk_kernel kern, int a32, int64_t N, int64_t H, int PR, int PH,
-                           int64_t lut_bytes, pk_plan *out, int *found) {
+ * cells per CTA, then the smaller cluster); *found = 0 when none fits. The waves count the
+ * clusters the device holds at once (cudaOccupancyMaxActiveClusters), not SMs / CS: an H200 holds
+ * only 7 clusters of 16 CTAs, so 8 of them ran in two waves (medium, bench/cuda_int_gru.md session
+ * 24). In the 32-bit mode a CTA may run two cells (rows) a thread, which halves the CTAs of a
+ * shape whose cells exceed its 256 threads. */
+static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int obs, int a32, int64_t N, int64_t H, int PR, int PH,
+                                    int64_t lut_bytes, pk_plan *out, int *found) {
   *found = 0;
   int dev, sms, smem_max, smem_sm;
   QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  pk_plan cand[20];
+  pk_plan cand[40];
   int nc = 0;
   const int nbs[4] = {8, 16, 32, 64}, css[5] = {1, 2, 4, 8, 16};
+  /* a forced shape: splits = cells a thread (0: chosen; 2 only in the 32-bit mode) */
+  const int forced = ctx->persist_cluster > 0, fcpt = forced ? ctx->persist_splits : 0;
   for (int a = 0; a < 4; a++)
-    for (int b = 0; b < 5; b++) {
-      pk_plan c;
-      if (ctx->persist_cluster > 0 && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows)) continue;   /* forced */
-      if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, a32 ? PK_THREADS_A32 : 512, &c)) continue;
-      c.clusters = (N + c.NB - 1) / c.NB;
-      int64_t bps = smem_sm / (c.smem + 1024);
-      if (2048 / c.threads < bps) bps = 2048 / c.threads;
-      if (65536 / (c.threads * 128) < bps) bps = 65536 / (c.threads * 128);
-      if (bps < 1) bps = 1;
-      int64_t resident = (int64_t)sms * bps / c.CS;
-      if (resident < 1) resident = 1;
-      const int64_t waves = (c.clusters + resident - 1) / resident;
-      /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
-       * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
-      if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
-      else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
-      cand[nc++] = c;
-    }
-  for (int tries = 0; tries < nc; tries++) {
-    int bi = -1;
-    for (int k = 0; k < nc; k++)
-      if (cand[k].cost >= 0 && (bi < 0 || cand[k].cost < cand[bi].cost)) bi = k;
-    if (bi < 0) break;
-    pk_plan c = cand[bi];
-    cand[bi].cost = -1;
-    QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
-    if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (int b = 0; b < 5; b++)
+      for (int cpt = 1; cpt <= (a32 ? 2 : 1); cpt++) {
+        pk_plan c;
+        if (forced && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows || (fcpt > 0 && fcpt != cpt))) continue;
+        if (!pk_layout(css[b], nbs[a], cpt, H, PR, PH, lut_bytes, smem_max, a32 ? PK_THREADS_A32 : 512, &c)) continue;
+        if (cpt == 2 && fcpt != 2 && c.U * c.NB <= PK_THREADS_A32) continue;   /* one cell a thread fits */
+        c.clusters = (N + c.NB - 1) / c.NB;
+        /* clusters resident at once, at the shared memory the launch asks for (below) */
+        const pk_kernel kern = pk_kernel_of(wide, obs, a32, cpt);
+        QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+        if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = (unsigned)c.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
+        cfg.blockDim = dim3((unsigned)c.threads);
+        cfg.dynamicSmemBytes = (size_t)c.smem;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int resident = 0;
+        if (cudaOccupancyMaxActiveClusters(&resident, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); resident = 0; }
+        if (resident <= 0) continue;
+        const int64_t waves = (c.clusters + resident - 1) / resident;
+        /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
+         * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8); two cells
+         * a thread overlap part of each other's latency */
+        const double cells = (double)(c.U * c.NB) / 128.0 * (cpt == 2 ? 0.75 : 1.0);
+        if (a32) c.cost = (double)waves * (2.0 + cells) + 0.06 * c.CS + 0.001 * c.NB;
+        else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
+        cand[nc++] = c;
+      }
+  int bi = -1;
+  for (int k = 0; k < nc; k++)
+    if (bi < 0 || cand[k].cost < cand[bi].cost) bi = k;
+  if (bi < 0) return QG_OK;
+  pk_plan c = cand[bi];
+  /* one CTA per multiprocessor where all of them fit at once: ask for more than half of a
+   * multiprocessor's shared memory (two CTAs on one multiprocessor would slow their clusters) */
+  const int64_t half = smem_sm / 2;
+  if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
+    const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.cpt);
+    int wide_active = 0;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = (unsigned)c.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
     cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
     cfg.blockDim = dim3((unsigned)c.threads);
-    cfg.dynamicSmemBytes = (size_t)c.smem;
+    cfg.dynamicSmemBytes = (size_t)half;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); active = 0; }
-    if (active <= 0) continue;
-    /* one CTA per multiprocessor where all of them fit at once: ask for more than half of a
-     * multiprocessor's shared memory (two CTAs on one multiprocessor would slow their clusters) */
-    const int64_t half = smem_sm / 2;
-    if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
-      int wide_active = 0;
-      cfg.dynamicSmemBytes = (size_t)half;
-      QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)half));
-      if (cudaOccupancyMaxActiveClusters(&wide_active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); wide_active = 0; }
-      if (wide_active >= c.clusters) c.smem = half;
-      else QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
-    }
-    *out = c;
-    *found = 1;
-    return QG_OK;
+    QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)half));
+    if (cudaOccupancyMaxActiveClusters(&wide_active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); wide_active = 0; }
+    if (wide_active >= c.clusters) c.smem = half;
   }
+  *out = c;
+  *found = 1;
   return QG_OK;
 }
 
-static pk_kernel pk_kernel_of(int wide, int obs, int a32) {
-  if (a32) return wide ? persistent_kernel<1, 0, 1> : persistent_kernel<0, 0, 1>;
-  if (wide) return obs ? persistent_kernel<1, 1, 0> : persistent_kernel<1, 0, 0>;
-  return obs ? persistent_kernel<0, 1, 0> : persistent_kernel<0, 0, 0>;
+/* pk_choose_uncached memoized per device, variant, shape and forced settings (its occupancy
+ * queries would otherwise cost every forward tens of microseconds of host time). The caller sets
+ * the kernel's shared-memory attribute to the plan's before each launch. */
+static qg_status pk_choose(qg_ctx *ctx, const char *fn, int wide, int obs, int a32, int64_t N, int64_t H, int PR, int PH,
+                           int64_t lut_bytes, pk_plan *out, int *found) {
+  enum { MEMO = 32 };
+  struct memo_entry { int64_t key[12]; int found; pk_plan plan; };
+  static memo_entry memo[MEMO];
+  static int nmemo = 0, next = 0;
+  static std::mutex lock;
+  int dev;
+  QG_CUDA_CHECK(ctx, fn, cudaGetDevice(&dev));
+  const int64_t key[12] = {dev, wide, obs, a32, N, H, PR, PH, lut_bytes, ctx->persist_cluster, ctx->persist_rows, ctx->persist_splits};
+  {
+    std::lock_guard<std::mutex> g(lock);
+    for (int k = 0; k < nmemo; k++)
+      if (memcmp(memo[k].key, key, sizeof key) == 0) {
+        *found = memo[k].found;
+        if (*found) *out = memo[k].plan;
+        return QG_OK;
+      }
+  }
+  QG_CHECK(pk_choose_uncached(ctx, fn, wide, obs, a32, N, H, PR, PH, lut_bytes, out, found));
+  std::lock_guard<std::mutex> g(lock);
+  const int slot = nmemo < MEMO ? nmemo++ : (next++ % MEMO);
+  memcpy(memo[slot].key, key, sizeof key);
+  memo[slot].found = *found;
+  if (*found) memo[slot].plan = *out;
+  return QG_OK;
 }
 
 /* qg_int_gru_cell_path after a forward in the 32-bit mode: the 32-bit cell, unless a unit outside
@@ -1651,7 +1770,6 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
   pk_plan pc;
   memset(&pc, 0, sizeof pc);
   int persistent = 0, grid_rec = 0;   /* grid_rec: the GPU-wide persistent recurrence (tc_grid_kernel) */
-  const pk_kernel pkern = pk_kernel_of(wide, obs, a32);
   /* the small-H kernel (int_gru_small.cu: all of R in one CTA, no cluster): the 32-bit mode with
    * single-plane R and h; under auto wherever it holds the layer, forced by a persist shape of
    * storage 2 or 5 (the cell over two roles of warps; qgru.h), which then runs nothing else */
@@ -1674,7 +1792,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     else if (H >= (1 << 17)) snprintf(why, sizeof why, "H < 131072 (got %lld)", (long long)H);
     else {
       int found;
-      QG_CHECK(pk_choose(ctx, fn, pkern, a32, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
+      QG_CHECK(pk_choose(ctx, fn, wide, obs, a32, N, H, rpl.n, hpl.n, lut_bytes, &pc, &found));
       if (!found) QG_CHECK(tg_choose(ctx, fn, wide, saved != NULL, a32, rpl.n, hpl.n, N, H, lut_bytes, &grid_rec));   /* R over the whole GPU */
       if (!found && !grid_rec)
         snprintf(why, sizeof why, "the int8 planes of R (H = %lld, %d and %d bits) in the shared memory of a 16-CTA cluster",
@@ -1859,7 +1977,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     pp.c32 = c32; pp.eW = g->w_exp[QG_W_W]; pp.eX = QX.e; pp.c32_flag = g->c32_flag;
     if (a32) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(g->c32_flag, 0, sizeof(int32_t), st));
     pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
-    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_P = pc.off_P; pp.off_lut = pc.off_lut;
+    pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_P = pc.off_P; pp.off_mb = pc.off_mb; pp.off_lut = pc.off_lut;
     pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
@@ -1871,6 +1989,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     cfg.stream = st;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
+    const pk_kernel pkern = pk_kernel_of(wide, obs, a32, pc.cpt);
+    QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pc.smem));
+    if (pc.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&cfg, pkern, pp));
   } else if (rec_mma) {
     ts_params tp;

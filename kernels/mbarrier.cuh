@@ -11,6 +11,12 @@
  * synccheck accepts a wait that different roles reach from different code, which bar.sync
  * (barrier.sync.aligned) does not allow.
  * Arrive is a release and wait an acquire, both at CTA scope. A phase's parity is its count mod 2.
+ *
+ * The cluster forms (the persistent kernel's h exchange, int_gru.cu): a CTA's mbarrier counts the
+ * bytes its peers store into its shared memory with st.async (ptx.cuh), each store's complete_tx
+ * a release at cluster scope; the owner arms a phase with the bytes it expects
+ * (mb_arrive_expect_tx) and waits with an acquire at cluster scope (mb_wait_cluster). No peer's
+ * other memory operations are waited for, as a cluster barrier's release waits for all of them.
  */
 #ifndef QGRU_MBARRIER_CUH
 #define QGRU_MBARRIER_CUH
@@ -29,6 +35,25 @@ __device__ __forceinline__ void mb_wait(uint64_t *m, int parity) {
   uint32_t done;
   do {
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                 : "=r"(done)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/* makes this thread's mbarrier.init visible to the cluster's complete_tx (before the cluster
+ * barrier that precedes any peer's store) */
+__device__ __forceinline__ void mb_init_fence_cluster() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/* one arrival that also expects `bytes` more of complete_tx in the current phase */
+__device__ __forceinline__ void mb_arrive_expect_tx(uint64_t *m, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)), "r"(bytes)
+               : "memory");
+}
+/* mb_wait with an acquire at cluster scope: the peers' st.async into this CTA are visible after it */
+__device__ __forceinline__ void mb_wait_cluster(uint64_t *m, int parity) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(m);
+  uint32_t done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
                  : "=r"(done)
                  : "r"(a), "r"(parity)
                  : "memory");

@@ -1,7 +1,8 @@
 /*
  * ptx.cuh: the inline-PTX wrappers that the kernels share: mma.sync m16n8k32 s8, ldmatrix .x4,
  * cp.async (16 bytes with and without zero fill, 4 bytes) with its commit and wait, the named
- * barrier (bar.sync id, n), and the acquire load / release add of a global arrival counter.
+ * barrier (bar.sync id, n), the acquire load / release add of a global arrival counter, and the
+ * distributed-shared-memory address map (mapa) and asynchronous stores (st.async) of a cluster.
  * One definition for every kernel (the integer forward, its small-H kernel and the W x GEMM, the
  * float persistent kernels and the integer STE backward) and for the bench programs that
  * prototype such kernels (bench/xs_grid_proto.cu); mbarrier.cuh holds the mbarrier operations.
@@ -62,6 +63,22 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
  * compute-sanitizer's racecheck does not follow these (bench/racecheck_named_probe.cu): where it
  * must, order shared memory with mbarriers (mbarrier.cuh). */
 __device__ __forceinline__ void bar_sync_named(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+/* The shared::cluster address of the same offset in the shared memory of the cluster's CTA `rank`
+ * (a = a shared::cta address of this CTA). */
+__device__ __forceinline__ uint32_t mapa_shared(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+/* A store into a peer's shared memory (addr and mbar from mapa_shared) whose completion counts its
+ * bytes on the peer's mbarrier (complete_tx, a release at cluster scope; mbarrier.cuh). */
+__device__ __forceinline__ void st_async_b32(uint32_t addr, uint32_t v, uint32_t mbar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void st_async_b64(uint32_t addr, uint64_t v, uint32_t mbar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(addr), "l"(v), "r"(mbar) : "memory");
+}
 
 __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
   int32_t v;
