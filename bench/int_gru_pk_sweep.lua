@@ -1,9 +1,8 @@
 -- bench/int_gru_pk_sweep.lua: the integer GRU's inference forward (the C call, int8 everywhere)
 -- at seed-small, seed-qat and medium, under the automatic shape and over every forced cluster
 -- shape of the persistent cluster kernel (qg_ctx_set_persist_shape: CS CTAs a cluster, NB batch
--- rows, one cell a thread where it fits, and "x2": two cells a thread forced), each output
--- compared bit for bit with the automatic one ("DIFF" if not). A forced shape that does not fit
--- runs the per-step fallback under the auto path (the ~0.4-1.4 ms entries).
+-- rows), each output compared bit for bit with the automatic one ("DIFF" if not). A forced shape
+-- that does not fit runs the per-step fallback under the auto path (the ~0.4-1.4 ms entries).
 -- CUDA events, median of 20 after 3 (ms). Why: to check the cost model of pk_choose
 -- (kernels/int_gru.cu) against measurement at the small shapes (bench/cuda_int_gru.md, session 23).
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_pk_sweep.lua
@@ -29,19 +28,16 @@ for _, sh in ipairs({ { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256,
   local ref = y:to("cpu"):totable()
   for _, cs in ipairs({ 1, 2, 4, 8, 16 }) do
     for _, rows in ipairs({ 1, 2, 4, 8 }) do
-      for _, cpt in ipairs({ 0, 2 }) do
-        if 8 * rows <= math.max(8, N) * 2 then
-          check(lib.qg_ctx_set_persist_shape(ctx, cs, rows, cpt, 0))
-          local ok, t = pcall(time, fwd, 20, 3)
-          local name = string.format("CS%d NB%d%s", cs, 8 * rows, cpt == 2 and " x2" or "")
-          if ok then
-            local same = true
-            local yt = y:to("cpu"):totable()
-            for a = 1, T do for b = 1, N do for c = 1, H do if yt[a][b][c] ~= ref[a][b][c] then same = false end end end end
-            line[#line + 1] = string.format("%s %.3f%s", name, t, same and "" or " DIFF")
-          else
-            line[#line + 1] = name .. " n/a"
-          end
+      if 8 * rows <= math.max(8, N) * 2 then
+        check(lib.qg_ctx_set_persist_shape(ctx, cs, rows, 0, 0))
+        local ok, t = pcall(time, fwd, 20, 3)
+        if ok then
+          local same = true
+          local yt = y:to("cpu"):totable()
+          for a = 1, T do for b = 1, N do for c = 1, H do if yt[a][b][c] ~= ref[a][b][c] then same = false end end end end
+          line[#line + 1] = string.format("CS%d NB%d %.3f%s", cs, 8 * rows, t, same and "" or " DIFF")
+        else
+          line[#line + 1] = string.format("CS%d NB%d n/a", cs, 8 * rows)
         end
       end
     end

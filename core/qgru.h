@@ -116,8 +116,7 @@ int qg_ctx_exact_split(const qg_ctx *ctx);
  * choose (the default). storage: where R is held, 0 either (chosen), 1 shared memory, 2 registers
  * (small H only; 3 and 4 are taken as 2 by the float GRU). The integer GRU's persistent forward: with
  * storage 0, 1, 3 or 4, the cluster kernel (R's int8 planes in shared memory) with `cluster` CTAs
- * and tiles of 8 x `rows` batch rows, `splits` cells (batch rows) a thread (0: one where it fits,
- * else two; 2 takes two, in the 32-bit mode only); with storage 2, the small-H kernel
+ * and tiles of 8 x `rows` batch rows (splits does not apply); with storage 2, the small-H kernel
  * (all of R in the registers of one CTA: cluster must be 1; `rows` batch rows per CTA, `splits`
  * lanes per hidden unit, 0 chosen; it runs the 32-bit cell with R and output.h of at most 8 bits,
  * H <= 128, 64 with 8 rows); with storage 5, the small-H kernel with the cell over two roles of

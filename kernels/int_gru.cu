@@ -29,8 +29,7 @@
  *        rows; CTA `rank` holds the int8 planes of R's rows for units [rank U, rank U + U) (all
  *        three gates) in shared memory and computes R h for them with mma.sync (work items of
  *        16 rows x 8 batch rows x a part of K over the warps, partial sums in shared memory);
- *        each thread then runs the cells of one unit for one batch row (two in the 32-bit mode
- *        where a CTA's cells exceed its 256 threads), the CTA's new output.h planes are pushed
+ *        each thread then runs the cell of one (unit, row), the CTA's new output.h planes are pushed
  *        into every peer's next h buffer through distributed shared memory, 4 bytes a store
  *        (st.async), with the per-row sums of (r - c0) the zero-point term needs (warp
  *        reductions); each CTA's mbarrier per h buffer counts the bytes of a step's pushes, so a
@@ -48,7 +47,8 @@
  *        2^29), and the cell is int_gru_cell.h's qg_cell32_forward, which requantizes the
  *        accumulators itself. Its per-unit rows (qg_cell32_unit: the quantizers, exponents and
  *        the device's bias codes) are built once per launch in shared memory and held in each
- *        thread's registers for all steps (CTAs of at most 256 threads). A unit whose bias
+ *        thread's registers for all steps (CTAs of at most 256 threads), or read there by the
+ *        cells in CTAs of 257-512 threads (at most 128 registers a thread). A unit whose bias
  *        terms leave the 32-bit bounds makes its CTA run the general loop (qg_cell_forward on
  *        the same accumulators; the same barriers, so CTAs of a cluster may differ) and sets a
  *        flag in the layer's memory, which qg_int_gru_cell_path reads on demand.
@@ -1092,9 +1092,6 @@ struct pk_params {
   int lut_smem;
 };
 
-/* Threads of a CTA: up to 512 (one per cell), 256 in the 32-bit mode (its per-unit constants
- * stay in registers: up to 255 a thread). */
-enum { PK_THREADS_A32 = 256 };
 
 /* Sum over the warp (every lane gets it). */
 template <typename S>
@@ -1110,8 +1107,8 @@ __device__ __forceinline__ S warp_sum(S v) {
  * cell (qg_cell32_unit, into registers) once, and runs qg_cell32_forward at every step; a unit
  * outside the 32-bit bounds (its bias terms) runs the general cell on the same accumulators and
  * raises c32_flag. Both give the same codes, so the choice is per unit. */
-template <int WIDE, int OBS, int A32, int CPT>
-__global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kernel(const __grid_constant__ pk_params p) {
+template <int WIDE, int OBS, int A32, int PSM>
+__global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(const __grid_constant__ pk_params p) {
   typedef typename std::conditional<A32, uint32_t, int64_t>::type sum_t;
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1184,29 +1181,20 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
     sum = warp_sum(sum);
     if (lane == 0) part[nl] = sum;
   }
-  /* this thread's CPT cells: unit u of the slice, rows nl + ci NB / CPT of the tile (ci < CPT; two
-   * rows of one unit share the unit's registers: the 32-bit cell's rows, rconst, roff) */
-  const int NBq = NB / CPT;
+  /* this thread's cell: unit u of the slice, row nl of the tile */
   const int u = tid % U, nl = tid / U;
-  const int64_t i = i0 + u;
-  const bool mine = tid < U * NBq;   /* owns slots of the slice (maybe padding ones) */
-  bool active[CPT];
-  int64_t n[CPT], hprev[CPT], Ln[CPT];
-#pragma unroll
-  for (int ci = 0; ci < CPT; ci++) {
-    n[ci] = n0 + nl + ci * NBq;
-    active[ci] = mine && u < Ureal && n[ci] < N;   /* active[ci] implies active[0] */
-    hprev[ci] = 0;
-    Ln[ci] = 0;
-  }
+  const int64_t i = i0 + u, n = n0 + nl;
+  const bool mine = tid < U * NB;   /* owns a slot of the slice (maybe a padding one) */
+  const bool active = mine && u < Ureal && n < N;
   const qg_qp QH = q.a[QG_Q_OUTPUT_H], QRH = q.a[QG_Q_MATMUL_RH];
   qg_cell_in base_in;
   sum_t rconst[3] = {0, 0, 0}, roff[3] = {0, 0, 0};
   int srh[3] = {0, 0, 0};
+  int64_t hprev = 0, Ln = 0;
   base_in.mask = 0;
   base_in.hprev = 0;
   for (int k = 0; k < 3; k++) base_in.wx[k] = base_in.rh[k] = base_in.bx[k] = base_in.br[k] = base_in.ebx[k] = base_in.ebr[k] = 0;
-  if (active[0]) {
+  if (active) {
     if (!A32) fill_bias(c, i, &base_in);
     for (int k = 0; k < 3; k++) {
       const int64_t j = k * H + i;
@@ -1214,37 +1202,35 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
       roff[k] = (sum_t)p.roff[j];
       srh[k] = c.eR[j] + QH.e;
     }
+    hprev = hq0[n * H + i];
+    Ln = length_at(c.L, n, T);
   }
-#pragma unroll
-  for (int ci = 0; ci < CPT; ci++)
-    if (active[ci]) {
-      hprev[ci] = hq0[n[ci] * H + i];
-      Ln[ci] = length_at(c.L, n[ci], T);
-    }
-  /* A32: the rows of the 32-bit cell of this CTA's units (computed by the threads of row 0 into
-   * shared memory), then each thread's unit's rows in registers for all steps */
+  /* A32: the rows of the 32-bit cell of this CTA's units, computed by the threads of row 0 into
+   * shared memory; then each thread's unit's rows in its registers for all steps (51 of them:
+   * CTAs of at most 256 threads), or, with PSM, read from shared memory by the cells (CTAs of
+   * up to 512 threads, at most 128 registers each) */
   int32_t *Ps = (int32_t *)(smem + p.off_P);   /* [QG_C32_ROWS][U] */
   int use32 = 1;
-  if (A32 && active[0] && nl == 0) {
+  if (A32 && active && nl == 0) {
     use32 = cell32_unit_rows(Ps, U, u, &q, H, i, p.eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
     if (!use32) *p.c32_flag = 1;
   }
   /* one loop per CTA: the 32-bit one where every unit of the CTA is within the bounds */
   use32 = __syncthreads_and(use32);
-  int32_t P[QG_C32_ROWS];
+  int32_t P[PSM ? 1 : QG_C32_ROWS];
 #pragma unroll
-  for (int r = 0; r < QG_C32_ROWS; r++) P[r] = A32 && use32 && active[0] ? Ps[r * U + u] : 0;
+  for (int r = 0; r < (PSM ? 1 : QG_C32_ROWS); r++) P[r] = A32 && use32 && active ? Ps[r * U + u] : 0;
   qg_cell32 c32 = p.c32;
-  c32.P = P;
-  c32.H = 1;
+  c32.P = PSM ? Ps : P;
+  c32.H = PSM ? U : 1;
+  const int64_t iP = PSM ? u : 0;   /* the unit's column of c32.P */
 #pragma unroll
   for (int k = 0; k < 3; k++) c32.lut[k] = q.lut[k];
   const double yscale = ldexp(1.0, -QH.e);
-  if (mine && p.need_sh)   /* padding slots push zeros */
-    for (int ci = 0; ci < CPT; ci++) {
-      for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl + ci * NBq) * U + u] = 0;
-      contrib[(nl + ci * NBq) * U + u] = 0;
-    }
+  if (mine && p.need_sh) {   /* padding slots push zeros */
+    for (int pl = 0; pl < PH; pl++) slice[((int64_t)pl * NB + nl) * U + u] = 0;
+    contrib[tid] = 0;
+  }
   /* need_sh: this thread's 4-byte word of the new slice (plane, row, word), pushed to every CTA */
   const int words = U / 4, has_word = tid < PH * NB * words;
   const int64_t word_src = has_word ? (int64_t)(tid / words) * U + 4 * (tid % words) : 0;
@@ -1268,22 +1254,15 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
       if (tid == 0) mb_arrive_expect_tx(&hb[cur], tx_bytes);
     }
     /* this step's W x codes (A32: accumulators), fetched before the products to hide their latency */
-    bool valid[CPT];
-    int64_t t[CPT];
-    int32_t wxc[CPT][3];
-    uint32_t wxm[CPT];
-#pragma unroll
-    for (int ci = 0; ci < CPT; ci++) {
-      valid[ci] = active[ci] && s < Ln[ci];
-      t[ci] = valid[ci] ? (c.reverse ? Ln[ci] - 1 - s : s) : 0;
-      wxm[ci] = 0;
-      for (int k = 0; k < 3; k++) wxc[ci][k] = 0;
-      if (valid[ci]) {
-        const int64_t row = (t[ci] * N + n[ci]) * H3;
-        for (int k = 0; k < 3; k++) {
-          wxc[ci][k] = c.qwx[row + k * H + i];
-          if (!A32) wxm[ci] |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
-        }
+    const bool valid = active && s < Ln;
+    const int64_t t = valid ? (c.reverse ? Ln - 1 - s : s) : 0;
+    int32_t wxc[3] = {0, 0, 0};
+    uint32_t wxm = 0;
+    if (valid) {
+      const int64_t row = (t * N + n) * H3;
+      for (int k = 0; k < 3; k++) {
+        wxc[k] = c.qwx[row + k * H + i];
+        if (!A32) wxm |= (uint32_t)c.mwx[row + k * H + i] << (QG_MB_WX_Z + k);
       }
     }
     /* R h: items (m tile, n tile, k part) over the warps */
@@ -1294,17 +1273,26 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
       sum_t a64[4] = {0, 0, 0, 0};
       for (int pa = 0; pa < PR; pa++)
         for (int pb = 0; pb < PH; pb++) {
-          int32_t d[4] = {0, 0, 0, 0};
-          const int8_t *A = Rs + ((int64_t)pa * Mp + m16 + g) * RS + 4 * tq;
-          const int8_t *B = Hc + ((int64_t)pb * NB + n8 + g) * HS + 4 * tq;
-          for (int kst = kb; kst < ke; kst++) {
-            const int kk = kst * 32;
-            const uint32_t a[4] = {lds32(A + kk), lds32(A + 8 * RS + kk), lds32(A + kk + 16), lds32(A + 8 * RS + kk + 16)};
-            const uint32_t b[2] = {lds32(B + kk), lds32(B + kk + 16)};
-            mma_s8(d, a, b);
+          /* fragments by ldmatrix (the mma layouts, rh_k32's matrices), two k32 steps a round on two
+           * accumulators (independent mma chains): A (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) per
+           * step, B rows 0-7 x bytes 0-15, 16-31, 32-47, 48-63 for both steps (the last round of an
+           * odd count reads 32 bytes past its range: the rows' padding or the next row, unused) */
+          int32_t d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+          const uint32_t A = smem_addr(Rs) + (uint32_t)(((pa * Mp + m16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS) + (lane >> 4) * 16);
+          const uint32_t B = smem_addr(Hc) + (uint32_t)((pb * NB + n8 + (lane & 7)) * HS + (lane >> 3) * 16);
+          for (int kst = kb; kst < ke; kst += 2) {
+            const uint32_t kk = (uint32_t)kst * 32;
+            uint32_t a0[4], a1[4], bb[4];
+            ldsm_x4(bb[0], bb[1], bb[2], bb[3], B + kk);
+            ldsm_x4(a0[0], a0[1], a0[2], a0[3], A + kk);
+            mma_s8(d[0], a0, bb);
+            if (kst + 1 < ke) {
+              ldsm_x4(a1[0], a1[1], a1[2], a1[3], A + kk + 32);
+              mma_s8(d[1], a1, bb + 2);
+            }
           }
           const sum_t sc = (sum_t)(plane_scale(PR, pa) * plane_scale(PH, pb));
-          for (int e = 0; e < 4; e++) a64[e] += sc * (sum_t)d[e];
+          for (int e = 0; e < 4; e++) a64[e] += sc * (sum_t)(int32_t)((uint32_t)d[0][e] + (uint32_t)d[1][e]);   /* below 2^31: exact */
         }
       for (int e = 0; e < 4; e++) {
         const int row = m16 + g + (e >= 2 ? 8 : 0), col = n8 + 2 * tq + (e & 1);
@@ -1313,35 +1301,30 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
     }
     __syncthreads();
     /* the cells */
-    int64_t hnew[CPT];
-#pragma unroll
-    for (int ci = 0; ci < CPT; ci++) {
-    const int nq = nl + ci * NBq;
-    const int64_t nn = n[ci], tt = t[ci];
-    hnew[ci] = hprev[ci];
-    if (active[ci]) {
-      if (!valid[ci]) {   /* padded step (t = s): the state stays, y = 0 */
-        zero_cell(c, s, nn, i);
-        c.y[(s * N + nn) * c.Hy + c.y_offset + i] = 0.0f;
+    int64_t hnew = hprev;
+    if (active) {
+      if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
+        zero_cell(c, s, n, i);
+        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
       } else {
         sum_t sh = 0;
         if (p.need_sh)
-          for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nq];
+          for (int r = 0; r < CS; r++) sh += part[(cur * CS + r) * NB + nl];
         sum_t a[3];
         for (int k = 0; k < 3; k++) {
           const int lr = k * U + u;
           a[k] = rconst[k] + roff[k] * sh;
-          for (int ks = 0; ks < p.ksplit; ks++) a[k] += accp[((int64_t)ks * NB + nq) * Mps + lr];
+          for (int ks = 0; ks < p.ksplit; ks++) a[k] += accp[((int64_t)ks * NB + nl) * Mps + lr];
         }
         if (C32) {
           qg_cell32_out o;
-          qg_cell32_forward(&c32, 0, wxc[ci][0], wxc[ci][1], wxc[ci][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev[ci], &o);
-          hnew[ci] = o.h;
-          c.y[(tt * N + nn) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
+          qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o);
+          hnew = o.h;
+          c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
           if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
             uint32_t w[3];
             qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, w);
-            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + nn) * H + i) * 12);
+            uint32_t *d = (uint32_t *)(c.cell_out + ((s * N + n) * H + i) * 12);
             d[0] = w[0]; d[1] = w[1]; d[2] = w[2];
           }
         } else {
@@ -1351,13 +1334,13 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
             in.mask = 0;
             for (int k = 0; k < 3; k++) {
               int m;
-              in.wx[k] = qg_requant64(wxc[ci][k], p.eW[k * H + i] + p.eX, q.a[QG_Q_MATMUL_WX], &m);
+              in.wx[k] = qg_requant64(wxc[k], p.eW[k * H + i] + p.eX, q.a[QG_Q_MATMUL_WX], &m);
               in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
             }
           } else {
             in = base_in;
-            in.mask = wxm[ci];
-            for (int k = 0; k < 3; k++) in.wx[k] = wxc[ci][k];
+            in.mask = wxm;
+            for (int k = 0; k < 3; k++) in.wx[k] = wxc[k];
           }
           for (int k = 0; k < 3; k++) {
             const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
@@ -1366,15 +1349,14 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
             if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
             in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
           }
-          in.hprev = hprev[ci];
-          hnew[ci] = run_cell<WIDE, OBS>(&q, c, s, tt, nn, i, &in);
+          in.hprev = hprev;
+          hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
         }
       }
-      if (c.hq) c.hq[((s + 1) * N + nn) * H + i] = (int32_t)hnew[ci];
-      else if (s == T - 1) h_at(c, T)[nn * H + i] = (int32_t)hnew[ci];
-      if (s == T - 1 && c.hn) c.hn[nn * H + i] = (float)qg_deq(hnew[ci], QH);
-      hprev[ci] = hnew[ci];
-    }
+      if (c.hq) c.hq[((s + 1) * N + n) * H + i] = (int32_t)hnew;
+      else if (s == T - 1) h_at(c, T)[n * H + i] = (int32_t)hnew;
+      if (s == T - 1 && c.hn) c.hn[n * H + i] = (float)qg_deq(hnew, QH);
+      hprev = hnew;
     }
     /* the new output.h planes to every CTA of the cluster (none after the last step): plain
      * shared stores when CS = 1 (the block barrier below orders them), else st.async into each
@@ -1382,15 +1364,13 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
     if (s + 1 < T) {
     const uint32_t mb_nxt = smem_addr(&hb[nxt]);
     if (p.need_sh) {   /* through the slice, with the row sums of r - c0 (warp reductions) */
-      for (int ci = 0; ci < CPT; ci++)
-        if (active[ci]) {
-          const int nq = nl + ci * NBq;
-          int8_t p0, p1;
-          split_planes(hnew[ci], p.baseH, PH, &p0, &p1);
-          slice[(int64_t)nq * U + u] = p0;
-          if (PH == 2) slice[(int64_t)(NB + nq) * U + u] = p1;
-          contrib[nq * U + u] = (int32_t)(hnew[ci] - p.baseH - p.c0H);
-        }
+      if (active) {
+        int8_t p0, p1;
+        split_planes(hnew, p.baseH, PH, &p0, &p1);
+        slice[(int64_t)nl * U + u] = p0;
+        if (PH == 2) slice[(int64_t)(NB + nl) * U + u] = p1;
+        contrib[tid] = (int32_t)(hnew - p.baseH - p.c0H);
+      }
       __syncthreads();
       if (has_word) {
         const uint32_t v = *(const uint32_t *)(slice + word_src);
@@ -1414,11 +1394,9 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
         }
       }
     } else {   /* straight from the cells: no row sums, no slice, no barrier before the push */
-#pragma unroll
-      for (int ci = 0; ci < CPT; ci++) {
       int8_t p0 = 0, p1 = 0;
-      if (active[ci]) split_planes(hnew[ci], p.baseH, PH, &p0, &p1);
-      int8_t *dst = Hs + nxt * hbuf + (int64_t)(nl + ci * NBq) * HS + i0 + u;
+      if (active) split_planes(hnew, p.baseH, PH, &p0, &p1);
+      int8_t *dst = Hs + nxt * hbuf + (int64_t)nl * HS + i0 + u;
       if (CS == 1) {
         if (mine) {
           dst[0] = p0;
@@ -1441,7 +1419,6 @@ __global__ void __launch_bounds__(A32 ? PK_THREADS_A32 : 512, 1) persistent_kern
             if (PH == 2) st_async_b32(mapa_shared(d0 + (uint32_t)(NB * HS), r), w1, mb);
           }
         }
-      }
       }
     }
     }
@@ -1482,20 +1459,19 @@ static int64_t planes_off(op_planes p, int32_t z) { return p.c0 + p.base - z; }
 
 /* One configuration of the persistent kernel. */
 struct pk_plan {
-  int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem, cpt;
+  int CS, U, NB, Kp, Mp, ksplit, threads, lut_smem, psm;
   int64_t off_H, off_acc, off_part, off_slice, off_contrib, off_items, off_P, off_mb, off_lut, smem, clusters;
   double cost;
 };
 
-/* Sizes of configuration (CS, NB, cpt cells a thread) for H units; 0 when it does not fit a block. */
-static int pk_layout(int CS, int NB, int cpt, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, int max_threads,
-                     pk_plan *c) {
+/* Sizes of configuration (CS, NB) for H units; 0 when it does not fit a block of max_threads. */
+static int pk_layout(int CS, int NB, int64_t H, int PR, int PH, int64_t lut_bytes, int64_t smem_max, int max_threads, pk_plan *c) {
   const int64_t U = round_up((H + CS - 1) / CS, 4);
-  if (U * NB > (int64_t)max_threads * cpt) return 0;
-  c->CS = CS; c->NB = NB; c->U = (int)U; c->cpt = cpt;
+  if (U * NB > max_threads) return 0;
+  c->CS = CS; c->NB = NB; c->U = (int)U; c->psm = 0;
   c->Kp = (int)round_up(CS * U, 32);
   c->Mp = (int)round_up(3 * U, 16);
-  c->threads = (int)round_up(U * NB / cpt, 32);
+  c->threads = (int)round_up(U * NB, 32);
   if (c->threads < 64) c->threads = 64;
   const int nwarps = c->threads / 32, Mt = c->Mp / 16, Nt = NB / 8, Ks = c->Kp / 32;
   int64_t best = -1;
@@ -1520,23 +1496,23 @@ static int pk_layout(int CS, int NB, int cpt, int64_t H, int PR, int PH, int64_t
 
 typedef void (*pk_kernel)(pk_params);
 
-/* The kernel of a variant: 64- or 128-bit sums, observer, the 32-bit mode (whose CTAs may run two
- * cells a thread: cpt). */
-static pk_kernel pk_kernel_of(int wide, int obs, int a32, int cpt) {
+/* The kernel of a variant: 64- or 128-bit sums, observer, the 32-bit mode (whose per-unit rows
+ * live in registers, CTAs of up to 256 threads, or with psm in shared memory, up to 512). */
+static pk_kernel pk_kernel_of(int wide, int obs, int a32, int psm) {
   if (a32) {
-    if (cpt == 2) return wide ? persistent_kernel<1, 0, 1, 2> : persistent_kernel<0, 0, 1, 2>;
-    return wide ? persistent_kernel<1, 0, 1, 1> : persistent_kernel<0, 0, 1, 1>;
+    if (psm) return wide ? persistent_kernel<1, 0, 1, 1> : persistent_kernel<0, 0, 1, 1>;
+    return wide ? persistent_kernel<1, 0, 1, 0> : persistent_kernel<0, 0, 1, 0>;
   }
-  if (wide) return obs ? persistent_kernel<1, 1, 0, 1> : persistent_kernel<1, 0, 0, 1>;
-  return obs ? persistent_kernel<0, 1, 0, 1> : persistent_kernel<0, 0, 0, 1>;
+  if (wide) return obs ? persistent_kernel<1, 1, 0, 0> : persistent_kernel<1, 0, 0, 0>;
+  return obs ? persistent_kernel<0, 1, 0, 0> : persistent_kernel<0, 0, 0, 0>;
 }
 
 /* The fastest configuration that launches, by a model of the per-step time (waves of clusters x
  * cells per CTA, then the smaller cluster); *found = 0 when none fits. The waves count the
  * clusters the device holds at once (cudaOccupancyMaxActiveClusters), not SMs / CS: an H200 holds
  * only 7 clusters of 16 CTAs, so 8 of them ran in two waves (medium, bench/cuda_int_gru.md session
- * 24). In the 32-bit mode a CTA may run two cells (rows) a thread, which halves the CTAs of a
- * shape whose cells exceed its 256 threads. */
+ * 24). In the 32-bit mode a CTA of more than 256 cells reads its units' rows from shared memory
+ * (psm), which lets it run 512 threads. */
 static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int obs, int a32, int64_t N, int64_t H, int PR, int PH,
                                     int64_t lut_bytes, pk_plan *out, int *found) {
   *found = 0;
@@ -1545,21 +1521,18 @@ static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int o
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   QG_CUDA_CHECK(ctx, fn, cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  pk_plan cand[40];
+  pk_plan cand[20];
   int nc = 0;
   const int nbs[4] = {8, 16, 32, 64}, css[5] = {1, 2, 4, 8, 16};
-  /* a forced shape: splits = cells a thread (0: chosen; 2 only in the 32-bit mode) */
-  const int forced = ctx->persist_cluster > 0, fcpt = forced ? ctx->persist_splits : 0;
   for (int a = 0; a < 4; a++)
-    for (int b = 0; b < 5; b++)
-      for (int cpt = 1; cpt <= (a32 ? 2 : 1); cpt++) {
+    for (int b = 0; b < 5; b++) {
         pk_plan c;
-        if (forced && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows || (fcpt > 0 && fcpt != cpt))) continue;
-        if (!pk_layout(css[b], nbs[a], cpt, H, PR, PH, lut_bytes, smem_max, a32 ? PK_THREADS_A32 : 512, &c)) continue;
-        if (cpt == 2 && fcpt != 2 && c.U * c.NB <= PK_THREADS_A32) continue;   /* one cell a thread fits */
+        if (ctx->persist_cluster > 0 && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows)) continue;   /* forced */
+        if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, 512, &c)) continue;
+        c.psm = a32 && c.U * c.NB > 256;
         c.clusters = (N + c.NB - 1) / c.NB;
         /* clusters resident at once, at the shared memory the launch asks for (below) */
-        const pk_kernel kern = pk_kernel_of(wide, obs, a32, cpt);
+        const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.psm);
         QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
         if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         cudaLaunchConfig_t cfg = {};
@@ -1576,13 +1549,11 @@ static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int o
         if (resident <= 0) continue;
         const int64_t waves = (c.clusters + resident - 1) / resident;
         /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
-         * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8); two cells
-         * a thread overlap part of each other's latency */
-        const double cells = (double)(c.U * c.NB) / 128.0 * (cpt == 2 ? 0.75 : 1.0);
-        if (a32) c.cost = (double)waves * (2.0 + cells) + 0.06 * c.CS + 0.001 * c.NB;
+         * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
+        if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
         else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
         cand[nc++] = c;
-      }
+    }
   int bi = -1;
   for (int k = 0; k < nc; k++)
     if (bi < 0 || cand[k].cost < cand[bi].cost) bi = k;
@@ -1592,7 +1563,7 @@ static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int o
    * multiprocessor's shared memory (two CTAs on one multiprocessor would slow their clusters) */
   const int64_t half = smem_sm / 2;
   if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
-    const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.cpt);
+    const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.psm);
     int wide_active = 0;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
@@ -1989,7 +1960,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     cfg.stream = st;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    const pk_kernel pkern = pk_kernel_of(wide, obs, a32, pc.cpt);
+    const pk_kernel pkern = pk_kernel_of(wide, obs, a32, pc.psm);
     QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pc.smem));
     if (pc.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&cfg, pkern, pp));

@@ -783,35 +783,35 @@ gpu_describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", fu
     end)
   end
 
-  -- Two cells (batch rows) a thread in the cluster kernel (forced: splits = 2; auto takes it where
-  -- one cell a thread would exceed the CTA's 256 threads, e.g. H 512 with 16-CTA clusters fitting
-  -- too few at once): N 17 leaves the second cluster with one valid row, so the upper half of its
-  -- rows is padding. The exchange between the CTAs is st.async counted on an mbarrier per h
-  -- buffer: symmetric R (each thread pushes its own bytes), asymmetric R (the slice and the row
-  -- sums of the zero-point term), 12-bit output.h (two planes).
-  local CPT2 = {
-    { what = "symmetric int8", over = nil, shape = { 8, 2 } },
+  -- CTAs of more than 256 cells in the cluster kernel: the 32-bit cell reads its units' rows from
+  -- shared memory (512 threads at most 128 registers; auto takes it there, e.g. at H 512 with 8-CTA
+  -- clusters, since 16-CTA ones fit too few at once). Forced shapes of 288-320 cells; N 17 leaves
+  -- the last cluster one valid row. The exchange between the CTAs is st.async counted on an
+  -- mbarrier per h buffer: symmetric R (each thread pushes its own bytes), asymmetric R (the slice
+  -- and the row sums of the zero-point term), 12-bit output.h (two planes).
+  local WIDE_CTA = {
+    { what = "symmetric int8", over = nil, shape = { 4, 1 } },
     { what = "asymmetric weight.R (row sums)", over = { ["weight.R"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } },
-      shape = { 4, 1 } },
-    { what = "12-bit output.h (two planes)", over = { ["output.h"] = { bitwidth = 12 } }, shape = { 16, 1 } },
+      shape = { 8, 2 } },
+    { what = "12-bit output.h (two planes)", over = { ["output.h"] = { bitwidth = 12 } }, shape = { 4, 1 } },
   }
-  for k, v in ipairs(CPT2) do
-    it(string.format("%s, two cells a thread (%d CTAs x %d rows forced): every byte equals the CPU's", v.what, v.shape[1],
+  for k, v in ipairs(WIDE_CTA) do
+    it(string.format("%s, CTAs of %d CTAs x %d rows (the cell's rows in shared memory): every byte equals the CPU's", v.what, v.shape[1],
                      8 * v.shape[2]), function()
       local c = { seed = 60 + k, T = 7, N = 17, C = 9, H = 130, h0 = true, lengths = true, reverse = k == 2 }
       local lq, w = calibrated(c.seed, uniform_config(8, v.over, "int8"), c.T, c.N, c.C, c.H)
       local inp = inputs(c, w)
       local ref = cpu_reference(c, lq, w, inp, nil)
       local gctx = clib.context("cuda")
-      check(gctx, lib.qg_ctx_set_persist_shape(gctx, v.shape[1], v.shape[2], 2, 1))
+      check(gctx, lib.qg_ctx_set_persist_shape(gctx, v.shape[1], v.shape[2], 0, 1))
       local ok, err = pcall(with_path, "persistent", function()
         local hg = layer_on("cuda", lq, c.C, c.H)
         local o = forward("cuda", hg, inp, true)
-        for _, key in ipairs({ "hq", "cell", "y", "hn" }) do same(o[key], ref[key], "two cells a thread " .. key) end
-        assert.are.equal(lib.QG_CELL_32, lib.qg_int_gru_cell_path(hg), "two cells a thread: cell path")
+        for _, key in ipairs({ "hq", "cell", "y", "hn" }) do same(o[key], ref[key], "wide CTAs " .. key) end
+        assert.are.equal(lib.QG_CELL_32, lib.qg_int_gru_cell_path(hg), "wide CTAs: cell path")
         local oi = forward("cuda", hg, inp, false)
-        same(oi.y, ref.y, "two cells a thread inference y")
-        same(oi.hn, ref.hn, "two cells a thread inference hn")
+        same(oi.y, ref.y, "wide CTAs inference y")
+        same(oi.hn, ref.hn, "wide CTAs inference hn")
       end)
       check(gctx, lib.qg_ctx_set_persist_shape(gctx, 0, 0, 0, 0))
       if not ok then error(err, 0) end
