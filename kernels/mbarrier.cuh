@@ -12,11 +12,13 @@
  * (barrier.sync.aligned) does not allow.
  * Arrive is a release and wait an acquire, both at CTA scope. A phase's parity is its count mod 2.
  *
- * The cluster forms (the persistent kernel's h exchange, int_gru.cu): a CTA's mbarrier counts the
- * bytes its peers store into its shared memory with st.async (ptx.cuh), each store's complete_tx
- * a release at cluster scope; the owner arms a phase with the bytes it expects
- * (mb_arrive_expect_tx) and waits with an acquire at cluster scope (mb_wait_cluster). No peer's
- * other memory operations are waited for, as a cluster barrier's release waits for all of them.
+ * The cluster form (the persistent kernel's h exchange, int_gru.cu): a CTA's mbarrier counts the
+ * bytes its peers store into its shared memory with st.async (ptx.cuh); the owner arms a phase
+ * with the bytes it expects (mb_arrive_expect_tx) and waits with mb_wait. The bytes are in the
+ * owner's shared memory when their complete_tx counts, so the wait's acquire at CTA scope is
+ * enough (as CUTLASS's cluster transaction barriers wait); one at cluster scope also invalidated
+ * L1 at every step (CCTL.IVALL: 12.7% of seed-small's stall samples, session 24). No peer's other
+ * memory operations are waited for, as a cluster barrier's release waits for all of them.
  */
 #ifndef QGRU_MBARRIER_CUH
 #define QGRU_MBARRIER_CUH
@@ -47,17 +49,6 @@ __device__ __forceinline__ void mb_init_fence_cluster() { asm volatile("fence.mb
 __device__ __forceinline__ void mb_arrive_expect_tx(uint64_t *m, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(m)), "r"(bytes)
                : "memory");
-}
-/* mb_wait with an acquire at cluster scope: the peers' st.async into this CTA are visible after it */
-__device__ __forceinline__ void mb_wait_cluster(uint64_t *m, int parity) {
-  const uint32_t a = (uint32_t)__cvta_generic_to_shared(m);
-  uint32_t done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
-                 : "=r"(done)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-  } while (!done);
 }
 /* an arrival on *m once every cp.async this thread has issued so far has landed (counted in the
  * mbarrier's expected arrivals: .noinc) */

@@ -1,5 +1,5 @@
 /*
- * ptx.cuh: the inline-PTX wrappers that the kernels share: mma.sync m16n8k32 s8, ldmatrix .x4,
+ * ptx.cuh: the inline-PTX wrappers that the kernels share: mma.sync m16n8k32 s8, ldmatrix .x4 / .x2,
  * cp.async (16 bytes with and without zero fill, 4 bytes) with its commit and wait, the named
  * barrier (bar.sync id, n), the acquire load / release add of a global arrival counter, and the
  * distributed-shared-memory address map (mapa) and asynchronous stores (st.async) of a cluster.
@@ -30,6 +30,11 @@ __device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(saddr));
+}
+
+/* ldmatrix .x2: the first two of .x4's matrices (lanes 0-15 give the addresses). */
+__device__ __forceinline__ void ldsm_x2(uint32_t &r0, uint32_t &r1, uint32_t saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(saddr));
 }
 
 /* Asynchronous copies global -> shared (sm_80+). The thread's copies since its last commit form a
