@@ -1516,6 +1516,20 @@ static pk_kernel pk_kernel_of(int wide, int obs, int a32, int psm) {
   return obs ? persistent_kernel<0, 1, 0, 0> : persistent_kernel<0, 0, 0, 0>;
 }
 
+/* The launch configuration of plan c with `smem` bytes of dynamic shared memory (attr: storage for
+ * its cluster dimension); the caller sets the stream. */
+static cudaLaunchConfig_t pk_config(const pk_plan &c, int64_t smem, cudaLaunchAttribute *attr) {
+  cudaLaunchConfig_t cfg = {};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = (unsigned)c.CS; attr->val.clusterDim.y = 1; attr->val.clusterDim.z = 1;
+  cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
+  cfg.blockDim = dim3((unsigned)c.threads);
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 /* The fastest configuration that launches, by a model of the per-step time (waves of clusters x
  * cells per CTA, then the smaller cluster); *found = 0 when none fits. The waves count the
  * clusters the device holds at once (cudaOccupancyMaxActiveClusters), not SMs / CS: an H200 holds
@@ -1535,33 +1549,26 @@ static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int o
   const int nbs[4] = {8, 16, 32, 64}, css[5] = {1, 2, 4, 8, 16};
   for (int a = 0; a < 4; a++)
     for (int b = 0; b < 5; b++) {
-        pk_plan c;
-        if (ctx->persist_cluster > 0 && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows)) continue;   /* forced */
-        if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, 512, &c)) continue;
-        c.psm = a32 && c.U * c.NB > 256;
-        c.clusters = (N + c.NB - 1) / c.NB;
-        /* clusters resident at once, at the shared memory the launch asks for (below) */
-        const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.psm);
-        QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
-        if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = (unsigned)c.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
-        cfg.blockDim = dim3((unsigned)c.threads);
-        cfg.dynamicSmemBytes = (size_t)c.smem;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        int resident = 0;
-        if (cudaOccupancyMaxActiveClusters(&resident, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); resident = 0; }
-        if (resident <= 0) continue;
-        const int64_t waves = (c.clusters + resident - 1) / resident;
-        /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
-         * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
-        if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
-        else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
-        cand[nc++] = c;
+      pk_plan c;
+      if (ctx->persist_cluster > 0 && (css[b] != ctx->persist_cluster || nbs[a] != 8 * ctx->persist_rows)) continue;   /* forced */
+      if (!pk_layout(css[b], nbs[a], H, PR, PH, lut_bytes, smem_max, 512, &c)) continue;
+      c.psm = a32 && c.U * c.NB > 256;
+      c.clusters = (N + c.NB - 1) / c.NB;
+      /* clusters resident at once, at the shared memory the launch asks for */
+      const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.psm);
+      QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+      if (c.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = pk_config(c, c.smem, &attr);
+      int resident = 0;
+      if (cudaOccupancyMaxActiveClusters(&resident, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); resident = 0; }
+      if (resident <= 0) continue;
+      const int64_t waves = (c.clusters + resident - 1) / resident;
+      /* 32-bit mode: the step time grows with the cells of a CTA and with the cluster (fitted on an
+       * H100 over forced shapes: long-kws best at CS 4-8 x NB 8, seed-qat at CS 16 x NB 8) */
+      if (a32) c.cost = (double)waves * (2.0 + (double)(c.U * c.NB) / 128.0) + 0.06 * c.CS + 0.001 * c.NB;
+      else c.cost = (double)waves * (2.0 + (double)((c.U * c.NB + 255) / 256)) + 0.01 * c.CS + 0.001 * c.NB;
+      cand[nc++] = c;
     }
   int bi = -1;
   for (int k = 0; k < nc; k++)
@@ -1574,15 +1581,8 @@ static qg_status pk_choose_uncached(qg_ctx *ctx, const char *fn, int wide, int o
   if (c.clusters * c.CS <= sms && c.smem < half && half <= smem_max) {
     const pk_kernel kern = pk_kernel_of(wide, obs, a32, c.psm);
     int wide_active = 0;
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = (unsigned)c.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(c.clusters * c.CS));
-    cfg.blockDim = dim3((unsigned)c.threads);
-    cfg.dynamicSmemBytes = (size_t)half;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = pk_config(c, half, &attr);
     QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)half));
     if (cudaOccupancyMaxActiveClusters(&wide_active, kern, &cfg) != cudaSuccess) { (void)cudaGetLastError(); wide_active = 0; }
     if (wide_active >= c.clusters) c.smem = half;
@@ -1959,16 +1959,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     pp.Rp = (const int8_t *)(ws + o_Rp); pp.rconst = (const int64_t *)(ws + o_bcR); pp.roff = (const int64_t *)(ws + o_offR);
     pp.off_H = pc.off_H; pp.off_acc = pc.off_acc; pp.off_part = pc.off_part; pp.off_slice = pc.off_slice; pp.off_contrib = pc.off_contrib; pp.off_items = pc.off_items; pp.off_P = pc.off_P; pp.off_mb = pc.off_mb; pp.off_lut = pc.off_lut;
     pp.smem = pc.smem; pp.lut_smem = pc.lut_smem;
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = (unsigned)pc.CS; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(pc.clusters * pc.CS));
-    cfg.blockDim = dim3((unsigned)pc.threads);
-    cfg.dynamicSmemBytes = (size_t)pc.smem;
+    cudaLaunchConfig_t cfg = pk_config(pc, pc.smem, &attr);
     cfg.stream = st;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
     const pk_kernel pkern = pk_kernel_of(wide, obs, a32, pc.psm);
     QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pc.smem));
     if (pc.CS > 8) QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute(pkern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
