@@ -1216,9 +1216,10 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
   }
   /* one loop per CTA: the 32-bit one where every unit of the CTA is within the bounds */
   use32 = __syncthreads_and(use32);
-  int32_t P[PSM ? 1 : QG_C32_ROWS];
+  constexpr int NP = PSM ? 1 : QG_C32_ROWS;   /* the rows' copy in registers (none with PSM) */
+  int32_t P[NP];
 #pragma unroll
-  for (int r = 0; r < (PSM ? 1 : QG_C32_ROWS); r++) P[r] = A32 && use32 && active ? Ps[r * U + u] : 0;
+  for (int r = 0; r < NP; r++) P[r] = !PSM && A32 && use32 && active ? Ps[r * U + u] : 0;
   qg_cell32 c32 = p.c32;
   c32.P = PSM ? Ps : P;
   c32.H = PSM ? U : 1;
