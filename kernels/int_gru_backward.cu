@@ -38,7 +38,8 @@
  *     are fixed-order too (four FMA chains per lane, then a butterfly over the S lanes).
  *   - fallback: per step a cell kernel (bwd_step1_kernel where the step's indices fit 32 bits and
  *     the saved records are 4-byte aligned, else bwd_step_kernel; the same per-unit code) and the cuBLAS
- *     GEMM dq_s R~ in the context's math mode: where the output's tiles do not fill the device
+ *     GEMM dq_s R~ in the context's math mode (in strict mode below QGRU_OWN_STEP_FLOPS a step, our
+ *     step_product_kernel instead, into the same K-slice partials): where the output's tiles do not fill the device
  *     (large: N 256, H 1024), one strided-batched GEMM over S slices of K = 3H into S partial
  *     products that the next step kernel adds in order (step_gemm_slices), else one GEMM adding
  *     into the direct part. The step kernel also writes Hf (the dR GEMM's
@@ -1244,6 +1245,130 @@ static int step_gemm_slices(const qg_ctx *ctx, int64_t N, int64_t H, int pieces)
   return S > 1 ? (int)S : 0;
 }
 
+/* step_product_kernel: the strict mode's per-step product where the exact split does not run
+ * (shapes below QGRU_OWN_STEP_FLOPS): P[k][n][i] = sum over j of slice k (j = k Kc ..
+ * min(3H, k Kc + Kc) - 1, ascending) of dq_s[n][j] R~[j][i], one fp32 FMA chain per output, the S
+ * slices added in order by the next step kernel. The order depends only on the shape
+ * (deterministic), and the accuracy is SGEMM's (a chain of at most Kc FMAs, then S adds).
+ * Why not cuBLAS: at medium (N 64, H 512) cublasGemmStridedBatchedEx runs its 8 slices of
+ * 64 x 512 x 192 as 32 x 32 SIMT tiles of 64 threads, 7.9 us a step under ncu (caches kept) against
+ * 7.0 here, and the strict backward went 1.39-1.42 -> 1.31-1.32 ms (bench/cuda_int_gru.md,
+ * session 25; the step is bound by latency at 4 warps a multiprocessor, not by its FMAs).
+ * A CTA of 8 TR / RT threads computes a tile of TR rows x SP_TU units (thread t: units
+ * 4 (t % 8) .. + 3 of rows t / 8 + (TR / RT) q, q < RT) over its slice in chunks of SP_KB columns,
+ * streamed into a ring of SP_STAGES shared-memory stages by cp.async, SP_STAGES - 1 chunks ahead of
+ * the FMAs: dq's rows as [row][k] (rows SP_QP words apart, so the four rows a warp reads at once
+ * are on distinct banks), R~'s rows as [k][unit]. RT = 4 (16 outputs a thread); 2 (256 threads) and
+ * 8 (64) ran slower. VEC (H % 4 == 0): 16-byte copies, each wholly inside or outside the operands
+ * (zero-filled outside); else 4-byte copies and zeros stored outside. */
+enum { SP_KB = 32, SP_TU = 32, SP_STAGES = 3, SP_QP = SP_KB + 4, SP_RT = 4 };
+
+template <int TR, int RT, bool VEC>
+__global__ void __launch_bounds__(8 * TR / RT) step_product_kernel(float *__restrict__ P, const float *__restrict__ dq,
+                                                                   const float *__restrict__ R, int N, int H, int Kc) {
+  constexpr int NT = 8 * TR / RT, RS = TR / RT;   /* threads; the rows of a thread are RS apart */
+  __shared__ __align__(16) float qs[SP_STAGES][TR][SP_QP];
+  __shared__ __align__(16) float rs[SP_STAGES][SP_KB][SP_TU];
+  const int tid = threadIdx.x, tu = tid & 7, tr = tid >> 3;
+  const int i0 = blockIdx.x * SP_TU, n0 = blockIdx.y * TR, H3 = 3 * H;
+  const int j0 = blockIdx.z * Kc, j1 = min(H3, j0 + Kc), nch = (j1 - j0 + SP_KB - 1) / SP_KB;
+  /* chunk c into stage b: the thread's share of the TR x SP_KB dq values and SP_KB x SP_TU R~ values */
+  auto issue = [&](int c, int b) {
+    if (c < nch) {
+      const int j = j0 + c * SP_KB;
+      if (VEC) {
+#pragma unroll
+        for (int m = 0; m < TR * SP_KB / 4 / NT; m++) {   /* 16-byte pieces: row pr, columns pc .. pc + 3 */
+          const int q = tid + m * NT, pr = q >> 3, pc = 4 * (q & 7), n = n0 + pr;
+          const bool ok = n < N && j + pc < j1;
+          cp_async16_zfill(&qs[b][pr][pc], ok ? dq + (int64_t)n * H3 + j + pc : dq, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int m = 0; m < SP_KB * SP_TU / 4 / NT; m++) {   /* R~: row kr, units uc .. uc + 3 */
+          const int q = tid + m * NT, kr = q >> 3, uc = 4 * (q & 7);
+          const bool ok = j + kr < j1 && i0 + uc < H;
+          cp_async16_zfill(&rs[b][kr][uc], ok ? R + (int64_t)(j + kr) * H + i0 + uc : R, ok ? 16 : 0);
+        }
+      } else {
+#pragma unroll 4
+        for (int m = 0; m < TR * SP_KB / NT; m++) {   /* one value: row pr, column pc */
+          const int q = tid + m * NT, pr = q / SP_KB, pc = q % SP_KB, n = n0 + pr;
+          if (n < N && j + pc < j1) cp_async4(&qs[b][pr][pc], dq + (int64_t)n * H3 + j + pc);
+          else qs[b][pr][pc] = 0.0f;
+        }
+#pragma unroll 4
+        for (int m = 0; m < SP_KB * SP_TU / NT; m++) {
+          const int q = tid + m * NT, kr = q / SP_TU, uc = q % SP_TU;
+          if (j + kr < j1 && i0 + uc < H) cp_async4(&rs[b][kr][uc], R + (int64_t)(j + kr) * H + i0 + uc);
+          else rs[b][kr][uc] = 0.0f;
+        }
+      }
+    }
+    cp_async_commit();   /* a group every call, empty past the slice: the waits count SP_STAGES - 2 */
+  };
+  float acc[RT][4];
+#pragma unroll
+  for (int q = 0; q < RT; q++)
+#pragma unroll
+    for (int u = 0; u < 4; u++) acc[q][u] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < SP_STAGES - 1; c++) issue(c, c);
+  for (int c = 0; c < nch; c++) {
+    const int b = c % SP_STAGES;
+    cp_async_wait<SP_STAGES - 2>();   /* this thread's copies of chunk c have landed */
+    __syncthreads();                  /* everyone's; and every read of chunk c - 1's stage is done */
+    issue(c + SP_STAGES - 1, (c + SP_STAGES - 1) % SP_STAGES);
+#pragma unroll 2
+    for (int k4 = 0; k4 < SP_KB; k4 += 4) {
+      float4 a[RT];
+#pragma unroll
+      for (int q = 0; q < RT; q++) a[q] = *reinterpret_cast<const float4 *>(&qs[b][tr + RS * q][k4]);
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        const float4 r4 = *reinterpret_cast<const float4 *>(&rs[b][k4 + kk][4 * tu]);
+#pragma unroll
+        for (int q = 0; q < RT; q++) {
+          const float av = kk == 0 ? a[q].x : kk == 1 ? a[q].y : kk == 2 ? a[q].z : a[q].w;
+          acc[q][0] = fmaf(av, r4.x, acc[q][0]);
+          acc[q][1] = fmaf(av, r4.y, acc[q][1]);
+          acc[q][2] = fmaf(av, r4.z, acc[q][2]);
+          acc[q][3] = fmaf(av, r4.w, acc[q][3]);
+        }
+      }
+    }
+  }
+  cp_async_wait_all();
+  float *Pk = P + (int64_t)blockIdx.z * N * H;
+#pragma unroll
+  for (int q = 0; q < RT; q++) {
+    const int n = n0 + tr + RS * q;
+    if (n >= N) continue;
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (i0 + 4 * tu + u < H) Pk[(int64_t)n * H + i0 + 4 * tu + u] = acc[q][u];
+  }
+}
+
+/* step_product_kernel's launch shape for dq_s [N, 3H] R~ [3H, H]: the tile's rows (64 from 33
+ * rows on, else 32), and K slices of Kc columns (a multiple of SP_KB), as many as bring the CTAs to about
+ * one per multiprocessor, at most STEP_MAX_SLICES (the step kernel's loads). A function of the
+ * shape and the device's multiprocessor count, so the summation order is fixed. */
+struct sp_shape {
+  int rows, slices, Kc;
+};
+static sp_shape step_product_shape(const qg_ctx *ctx, int64_t N, int64_t H) {
+  sp_shape o;
+  o.rows = N > 32 ? 64 : 32;
+  const int64_t H3 = 3 * H, tiles = ((H + SP_TU - 1) / SP_TU) * ((N + o.rows - 1) / o.rows);
+  int64_t S = (ctx->sm_count + tiles - 1) / tiles;
+  if (S > STEP_MAX_SLICES) S = STEP_MAX_SLICES;
+  if (S < 1) S = 1;
+  const int64_t Kc = round_up((H3 + S - 1) / S, SP_KB);
+  o.Kc = (int)Kc;
+  o.slices = H3 > 0 ? (int)((H3 + Kc - 1) / Kc) : 0;
+  return o;
+}
+
 /* The TF32 mode's bf16 split (top of the file) needs every value of the fake-quantized operands
  * exact in bf16: (q - z) 2^-e with |q - z| <= 256 (bf16 carries 8 significant bits; |e| <= 31
  * always, QUANT_SPEC.md section 1) for every code q of the grid. */
@@ -1362,6 +1487,9 @@ static_assert(QGRU_ROW_GROUP_ROWS >= 2 * XG_MAX * BS_Y, "every row group keeps a
  * against its ~15 launches). */
 #define XS_MIN_STEP_FLOPS 268435456.0
 #define XS_MIN_AFTER_FLOPS 4294967296.0
+#ifndef QGRU_OWN_STEP_FLOPS
+#define QGRU_OWN_STEP_FLOPS XS_MIN_STEP_FLOPS
+#endif
 
 /* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
  * saved records [T N H] of cb bytes, dy [T N, Hy] (and so the h codes, Hf and the step sums). */
@@ -1382,6 +1510,7 @@ struct step_loop {
   int rpt, math, slices, words;
   int fits32;                  /* bwd_step1_kernel (step_fits32) */
   int pieces;                  /* 2: the TF32 mode's bf16 split (dq, dp, Hf, R~ in bf16) */
+  int own, own_rows, own_kc;   /* the strict product by step_product_kernel (its tile's rows, the slice width) instead of cuBLAS */
   /* the strict mode's exact int8 split of the step's product (xs = 1; exact_split.cuh): dq_s's
    * digit planes Dq [4][N][Kp], its shifts and corrections xsh, xcorr [N], R~'s codes RT [H][Kp],
    * R's per-row exponents ke and zero points kz, the codes' offset zoff; the products in P as
@@ -1543,7 +1672,14 @@ static qg_status step_loop_body(void *arg) {
     f<<<grid, block, 0, (cudaStream_t)L.gstream[0]>>>(L.bp, s, L.rpt, dh, L.P, np, dn, (float *)L.Hf, L.sp);
     }
     QG_CHECK(qg_cuda_launched(ctx, fn));
-    if (!S) {
+    if (L.own) {   /* P[k] = dq_s[:, slice k] R~[slice k, :] (step_product_kernel, strict fp32) */
+      const dim3 pg((unsigned)((H + SP_TU - 1) / SP_TU), (unsigned)((N + L.own_rows - 1) / L.own_rows), (unsigned)S);
+      const float *dqs = L.bp.dq + s * N * H3;
+      const auto f = L.own_rows == 64 ? (H % 4 ? step_product_kernel<64, SP_RT, false> : step_product_kernel<64, SP_RT, true>)
+                                      : (H % 4 ? step_product_kernel<32, SP_RT, false> : step_product_kernel<32, SP_RT, true>);
+      f<<<pg, 8 * L.own_rows / SP_RT, 0, (cudaStream_t)L.gstream[0]>>>(L.P, dqs, (const float *)L.R, (int)N, (int)H, L.own_kc);
+      QG_CHECK(qg_cuda_launched(ctx, fn));
+    } else if (!S) {
       const float *dqs = L.bp.dq + s * N * H3;
       QG_CHECK(sgemm_rm(ctx, fn, 0, 0, N, H, H3, dqs, (const float *)L.R, 1.0f, dn));   /* dn += dq_s R~ */
     } else {   /* P[k] = dq_s[:, k Kc : (k + 1) Kc] R~[k Kc : (k + 1) Kc, :] (column-major: P^T = R~^T dq^T) */
@@ -1654,6 +1790,13 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   /* K slices of the step's product: with two groups their two GEMMs fill the device together, and one slice each ran faster (H200,
    * large: backward 4.92-4.94 ms against 5.00-5.04 with two) */
   int slices = persistent || TN == 0 || NH == 0 ? 0 : (xs_step ? (groups == 2 ? 1 : xs_step_slices(ctx, N, H)) : step_gemm_slices(ctx, N, H, pieces));
+  /* the strict product without the split: step_product_kernel where its shape is small (below
+   * QGRU_OWN_STEP_FLOPS a step: cuBLAS's SGEMM runs small tiles there; bench/cuda_int_gru.md,
+   * session 25), else cuBLAS */
+  const int own = !persistent && TN > 0 && NH > 0 && !xs_step && pieces == 1 && ctx->math == QG_MATH_STRICT && fits32 &&
+                  H3 * H < (1LL << 31) && step_flops < QGRU_OWN_STEP_FLOPS;
+  const sp_shape osh = own ? step_product_shape(ctx, N, H) : sp_shape{0, 0, 0};
+  if (own) slices = osh.slices;
   if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
@@ -1745,6 +1888,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.words = words;
     L.fits32 = fits32;
     L.pieces = pieces;
+    L.own = own; L.own_rows = osh.rows; L.own_kc = osh.Kc;
     L.ctx = ctx;
     L.groups = groups;
     for (int gi = 0; gi <= groups; gi++) L.gstart[gi] = gstart[gi];

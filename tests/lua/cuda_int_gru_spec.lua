@@ -368,6 +368,10 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     { seed = 27, T = 6, N = 17, C = 5, H = 1, h0 = true, reverse = true, shape = { 1, 4, 0 } },
     { seed = 28, T = 3, N = 3, C = 5, H = 130, lengths = true, shape = { 1, 1, 0 } },
     { seed = 29, T = 30, N = 16, C = 40, H = 64, lengths = true },   -- long-kws-like
+    -- the strict per-step product's kernel (step_product_kernel) on the fallback: two row tiles of
+    -- 64 (the second of 6 rows), two unit tiles of 32 (the second of 8), K slices of 32 columns
+    -- (the last of 24)
+    { seed = 57, T = 4, N = 70, C = 5, H = 40, h0 = true, lengths = true },
     -- R~ forced into registers ({cluster, rows, splits, storage = 2}: bwd_reg_kernel) or shared
     -- memory (storage = 1): one lane per unit, two and four lanes, several rows, a cluster
     { seed = 41, T = 12, N = 16, C = 40, H = 64, lengths = true, shape = { 1, 1, 4, 2 } },
