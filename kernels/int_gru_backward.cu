@@ -82,6 +82,7 @@
 #include "int_gru_common.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials, ptx.cuh */
 #include "exact_split.cuh"   /* the strict mode's exact int8 split products */
+#include "mbarrier.cuh"      /* bwd_persist_kernel's dq exchange */
 
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -165,7 +166,21 @@ __device__ __forceinline__ void load_step(const bwd_params &p, int64_t s, int64_
   in.dy = p.dy ? p.dy[(t * N + n) * p.Hy + p.y_offset + i] : 0.0f;
 }
 
-/* dh: [N, H], the incoming dL/dh_T on entry, dL/dh_0 (before the h0 mask) on exit. */
+/* bwd_persist_kernel's shared memory in floats: Rt [3H][Hk], qb [2][NB][3H], part [S][NB][Hk],
+ * then (8-byte aligned) the two mbarriers of the dq exchange at this offset. */
+__host__ __device__ __forceinline__ int64_t bp_mbar_offset(int64_t H, int64_t Hk, int64_t NB, int64_t S) {
+  return (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk + 1) & ~(int64_t)1;
+}
+
+/* dh: [N, H], the incoming dL/dh_T on entry, dL/dh_0 (before the h0 mask) on exit.
+ * K > 1: the dq exchange is st.async into every CTA's qb buffer s & 1, counted on that buffer's
+ * mbarrier qm[s & 1] (each phase one step's 12 rows H bytes, armed by thread 0), instead of a
+ * cluster barrier per step (the cluster forward's exchange, kernels/int_gru.cu persistent_kernel).
+ * Iteration m = T - 1 - s waits for phase m / 2 of qm[s & 1]; thread 0 then arms the phase of
+ * iteration m + 2, whose bytes no peer can send before it has this CTA's dq of iteration m + 1,
+ * stored after the block barrier that follows the arming. Buffer s & 1 is rewritten at step s - 2
+ * only by peers that have waited for this CTA's dq of step s - 1, stored after its reads of step s
+ * (the block barrier after the partial sums). */
 template <int NB>
 __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
   extern __shared__ __align__(16) float sm[];
@@ -177,7 +192,13 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   float *Rt = sm;                            /* [3H][Hk] */
   float *qb = Rt + (size_t)H3 * Hk;          /* [2][NB][3H] */
   float *part = qb + 2 * NB * H3;            /* [S][NB][Hk] */
+  uint64_t *qm = (uint64_t *)(sm + bp_mbar_offset(H, Hk, NB, S));   /* [2] (K > 1) */
   const int tid = threadIdx.x, nth = blockDim.x;
+  if (K > 1 && tid == 0) {
+    mb_init(&qm[0], 1);
+    mb_init(&qm[1], 1);
+    mb_init_fence_cluster();
+  }
 
   for (int q = tid; q < H3 * Hk; q += nth) {
     const int j = q / Hk, u = q - j * Hk;
@@ -196,11 +217,18 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
   /* matrix-vector role: unit mu, share ms of the j range (j = ms, ms + S, ...) */
   const int mu = tid % Hk, ms = tid / Hk;
   const bool mv = ms < S;
+  const uint32_t tx_bytes = 12u * (uint32_t)rows * (uint32_t)H;   /* what each CTA receives a step */
+  if (K > 1) __syncthreads();   /* as the cluster forward: racecheck reports the arming as racing the init without it */
+  if (K > 1 && tid == 0) {   /* only the phases some iteration waits for (synccheck) */
+    if (T > 0) mb_arrive_expect_tx(&qm[(T - 1) & 1], tx_bytes);
+    if (T > 1) mb_arrive_expect_tx(&qm[(T - 2) & 1], tx_bytes);
+  }
 
-  cluster_barrier(K);   /* every CTA's shared memory is set before any peer writes into it */
+  cluster_barrier(K);   /* every CTA's shared memory and mbarriers are set before any peer writes into them */
 
   for (int s = T - 1; s >= 0; s--) {
-    float *qc = qb + (s & 1) * NB * H3;
+    const int b = s & 1, m = T - 1 - s;
+    float *qc = qb + b * NB * H3;
     float keep = 0.0f;
     if (pact) {
       float dq3[3] = {0.0f, 0.0f, 0.0f};
@@ -213,14 +241,30 @@ __global__ void __launch_bounds__(BP_MAX_THREADS, 1) bwd_persist_kernel(const __
         keep = dh;
       }
       load_step(p, s - 1, pn, pi, L, in);   /* the next step's inputs, in flight across the barrier */
-      cluster_store3(cl, K, qc + pb * H3 + pi, H, dq3[0], dq3[1], dq3[2]);
+      if (K == 1) {
+        float *q = qc + pb * H3 + pi;
+        q[0] = dq3[0]; q[H] = dq3[1]; q[2 * H] = dq3[2];
+      } else {
+        const uint32_t d = smem_addr(qc + pb * H3 + pi), mb = smem_addr(&qm[b]);
+        for (int r = 0; r < K; r++) {
+          const uint32_t dr = mapa_shared(d, r), mr = mapa_shared(mb, r);
+          st_async_b32(dr, __float_as_uint(dq3[0]), mr);
+          st_async_b32(dr + 4 * H, __float_as_uint(dq3[1]), mr);
+          st_async_b32(dr + 8 * H, __float_as_uint(dq3[2]), mr);
+        }
+      }
     }
-    cluster_barrier(K);
+    if (K > 1) {
+      mb_wait(&qm[b], (m >> 1) & 1);
+      if (tid == 0 && m + 2 < T) mb_arrive_expect_tx(&qm[b], tx_bytes);
+    }
+    __syncthreads();
     if (mv) dq_rt_partials<NB>(part, Rt, qc, mu, ms, S, H3, Hk);
     __syncthreads();
     if (pact) dh = keep + sum_partials(part + pb * Hk + pu, S, NBHk);
   }
   if (pact) dh_io[(int64_t)pn * H + pi] = dh;
+  if (K > 1) cl.sync();   /* no CTA leaves while a peer may still store into it */
 }
 
 /* ---- the persistent recurrence with R~ in registers ------------------------------------------------ */
@@ -647,7 +691,7 @@ static bp_kernel bp_kernel_for(int NB, int KPT, int WS = 0) {
 
 static int64_t bp_smem(int64_t H, int64_t Hk, int64_t NB, int64_t S, int64_t KPT, int WS) {
   if (WS) return 4 * (S * KPT + H + (WS == 2 ? 2 * BV_WORDS * H : 0) + (int64_t)BW_RING * BW_WORDS * H);
-  return KPT ? 4 * 2 * NB * S * KPT : 4 * (3 * H * Hk + 2 * NB * 3 * H + S * NB * Hk);
+  return KPT ? 4 * 2 * NB * S * KPT : 4 * bp_mbar_offset(H, Hk, NB, S) + 16;   /* + bwd_persist_kernel's two mbarriers */
 }
 
 static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLaunchAttribute *at) {

@@ -367,6 +367,10 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     { seed = 26, T = 4, N = 1, C = 5, H = 130, h0 = true, shape = { 4, 1, 5 } },
     { seed = 27, T = 6, N = 17, C = 5, H = 1, h0 = true, reverse = true, shape = { 1, 4, 0 } },
     { seed = 28, T = 3, N = 3, C = 5, H = 130, lengths = true, shape = { 1, 1, 0 } },
+    -- the cluster's dq exchange (st.async on two mbarriers): one step (one armed phase), two steps
+    -- (both buffers once), with lengths
+    { seed = 58, T = 1, N = 3, C = 5, H = 130, h0 = true, shape = { 4, 2, 0, 1 } },
+    { seed = 59, T = 2, N = 5, C = 5, H = 64, lengths = true, reverse = true, shape = { 2, 4, 0, 1 } },
     { seed = 29, T = 30, N = 16, C = 40, H = 64, lengths = true },   -- long-kws-like
     -- the strict per-step product's kernel (step_product_kernel) on the fallback: two row tiles of
     -- 64 (the second of 6 rows), two unit tiles of 32 (the second of 8), K slices of 32 columns
