@@ -290,10 +290,11 @@ struct wq_params {
   int64_t H3, row_blocks;
 };
 
-/* One weight value: its code, fake-quantized value (*fq) and mask (*m). */
-__device__ __forceinline__ int32_t wq_value(float x, const qg_qp &q, float *fq, uint32_t *m) {
+/* One weight value: its code, fake-quantized value (*fq) and mask (*m); qf = qg_qf32_make(q) (its
+ * float clamp where it applies: the same codes). */
+__device__ __forceinline__ int32_t wq_value(float x, const qg_qp &q, const qg_qf32 &qf, float *fq, uint32_t *m) {
   int mm;
-  const int64_t code = qg_quant_f32(x, q, &mm);
+  const int64_t code = qf.ok ? qg_quant_qf32(x, &qf, &mm) : qg_quant_f32(x, q, &mm);
   *fq = qg_deq_f32(code, q);
   *m = (uint32_t)mm;
   return (int32_t)code;
@@ -302,7 +303,7 @@ __device__ __forceinline__ int32_t wq_value(float x, const qg_qp &q, float *fq, 
 __device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
   float f;
   uint32_t m;
-  p.codes[w][i] = wq_value(p.src[w][i], q, &f, &m);
+  p.codes[w][i] = wq_value(p.src[w][i], q, qg_qf32_make(q), &f, &m);
   p.fq[w][i] = f;
   p.mask[w][i] = (uint8_t)m;
 }
@@ -316,6 +317,7 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
       const int w = r < H3 ? 0 : 1;
       const int64_t j = r - w * H3, cols = p.cols[w], i0 = j * cols;
       const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
+      const qg_qf32 qf = qg_qf32_make(q);
       if (!p.v4[w]) {
         for (int64_t c = lane; c < cols; c += 32) wq_element(p, w, q, i0 + c);
         continue;
@@ -338,7 +340,7 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             uint32_t m;
-            k[e] = wq_value(x[e], q, &f[e], &m);
+            k[e] = wq_value(x[e], q, qf, &f[e], &m);
             mw |= m << (8 * e);
           }
           *(int4 *)(p.codes[w] + i0 + c) = make_int4(k[0], k[1], k[2], k[3]);
@@ -543,13 +545,17 @@ __global__ void x_quant_kernel(const float *x, int64_t T, int64_t N, int64_t C, 
  * warp per row (rows strided over the grid's warps), each lane XQ4_VEC 16-byte loads of x in
  * flight at once, then 4-byte stores of the plane and the masks and 16-byte stores of the codes;
  * xq / xm NULL (inference: nothing reads them) skip those stores. The same codes, planes and sums
- * as x_quant_kernel (qg_quant_f32 per element: qg_quant_real's codes in float arithmetic). (A
- * block of 64 threads per row, two loads each, took 31 us at T100 N256 C512 on an H200: six waves
- * of one round trip each; a warp per row with double arithmetic, 28 us.) The blocks from
+ * as x_quant_kernel (qg_quant_f32 per element: qg_quant_real's codes in float arithmetic;
+ * FAST = 1: qg_quant_qf32, its float clamp, where qg_qf32_make says it applies). (A block of 64
+ * threads per row, two loads each, took 31 us at T100 N256 C512 on an H200: six waves of one
+ * round trip each; a warp per row with double arithmetic, 28 us; with qg_quant_f32's 64-bit
+ * integer clamps, 31 us at 62% of the issue slots; with the float clamp, 22 us.) The blocks from
  * row_blocks on quantize h0. */
 enum { XQ4_THREADS = 256, XQ4_VEC = 4 };
 
-__device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64_t base, int64_t c0, int32_t *xq, uint8_t *xm, int32_t *sum) {
+template <int FAST>
+__device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, const qg_qp &QX, const qg_qf32 &QF, int64_t base, int64_t c0, int32_t *xq,
+                                             uint8_t *xm, int32_t *sum) {
   if (!in) return 0;
   const float v[4] = {v4.x, v4.y, v4.z, v4.w};
   int32_t q[4];
@@ -557,7 +563,7 @@ __device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64
 #pragma unroll
   for (int e = 0; e < 4; e++) {
     int m;
-    q[e] = (int32_t)qg_quant_f32(v[e], QX, &m);
+    q[e] = FAST ? qg_quant_qf32(v[e], &QF, &m) : (int32_t)qg_quant_f32(v[e], QX, &m);
     mw |= (uint32_t)m << (8 * e);
     const int32_t rr = q[e] - (int32_t)base;
     pw |= ((uint32_t)rr & 255u) << (8 * e);
@@ -568,6 +574,7 @@ __device__ __forceinline__ uint32_t xq4_quad(float4 v4, bool in, qg_qp QX, int64
   return pw;
 }
 
+template <int FAST>
 __global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__restrict__ x, int64_t TN, int64_t C, qg_qp QX,
                                                                int32_t *xq, uint8_t *xm, int64_t base, int64_t c0, int64_t Kp,
                                                                int8_t *planes, int64_t *S, int64_t nrows, int64_t row_blocks,
@@ -575,6 +582,7 @@ __global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__re
   if ((int64_t)blockIdx.x >= row_blocks) { h0_part<0>(hj, blockIdx.x - row_blocks, NULL, NULL); return; }
   const int lane = threadIdx.x & 31;
   const int64_t warps = row_blocks * (XQ4_THREADS / 32);
+  const qg_qf32 QF = qg_qf32_make(QX);
   for (int64_t r = blockIdx.x * (int64_t)(XQ4_THREADS / 32) + (threadIdx.x >> 5); r < nrows; r += warps) {
     const bool row = r < TN;
     int32_t sum = 0;   /* |sum| <= 255 C < 2^31 (C < 2^17) */
@@ -591,7 +599,7 @@ __global__ void __launch_bounds__(XQ4_THREADS) x_quant4_kernel(const float *__re
         if (k >= Kp) break;
         const bool in = row && k < C;
         *(uint32_t *)(planes + r * Kp + k) =
-            xq4_quad(v[u], in, QX, base, c0, in && xq ? xq + r * C + k : NULL, in && xm ? xm + r * C + k : NULL, &sum);
+            xq4_quad<FAST>(v[u], in, QX, QF, base, c0, in && xq ? xq + r * C + k : NULL, in && xm ? xm + r * C + k : NULL, &sum);
       }
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -1877,8 +1885,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     if (vec4) {   /* rows strided over at most 8 blocks of 8 warps per multiprocessor */
       const int64_t need = (rows + XQ4_THREADS / 32 - 1) / (XQ4_THREADS / 32), cap = 8 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1);
       const int64_t rb = need < cap ? need : cap;
-      x_quant4_kernel<<<(unsigned)(rb + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>(
-          (const float *)x->data, TN, C, QX, xq, xm, xpl.base, xpl.c0, KpX, Xp, SX, rows, rb, hj);
+      auto xq4 = qg_qf32_make(QX).ok ? x_quant4_kernel<1> : x_quant4_kernel<0>;   /* the float clamp where it applies */
+      xq4<<<(unsigned)(rb + (NH + XQ4_THREADS - 1) / XQ4_THREADS), XQ4_THREADS, 0, st>>>((const float *)x->data, TN, C, QX, xq, xm, xpl.base,
+                                                                                      xpl.c0, KpX, Xp, SX, rows, rb, hj);
     } else if (obs) {
       x_quant_kernel<1><<<(unsigned)(rows + h0_blocks), 128, 0, st>>>((const float *)x->data, T, N, C, QX, L, xq, xm, xpl.n, xpl.base,
                                                                        xpl.c0, Np, KpX, Xp, SX, Xd, range, counts, rows, hj);
