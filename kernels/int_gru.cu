@@ -300,10 +300,10 @@ __device__ __forceinline__ int32_t wq_value(float x, const qg_qp &q, const qg_qf
   return (int32_t)code;
 }
 
-__device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, int64_t i) {
+__device__ __forceinline__ void wq_element(const wq_params &p, int w, const qg_qp &q, const qg_qf32 &qf, int64_t i) {
   float f;
   uint32_t m;
-  p.codes[w][i] = wq_value(p.src[w][i], q, qg_qf32_make(q), &f, &m);
+  p.codes[w][i] = wq_value(p.src[w][i], q, qf, &f, &m);
   p.fq[w][i] = f;
   p.mask[w][i] = (uint8_t)m;
 }
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
       const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
       const qg_qf32 qf = qg_qf32_make(q);
       if (!p.v4[w]) {
-        for (int64_t c = lane; c < cols; c += 32) wq_element(p, w, q, i0 + c);
+        for (int64_t c = lane; c < cols; c += 32) wq_element(p, w, q, qf, i0 + c);
         continue;
       }
       for (int64_t c0 = 4 * (int64_t)lane; c0 < cols; c0 += 4 * 32 * WQ_VEC) {
@@ -355,7 +355,8 @@ __global__ void __launch_bounds__(WQ_THREADS) quantize_weights_kernel(const __gr
   if (e >= 2 * H3) return;
   const int w = e < H3 ? QG_W_BX : QG_W_BR;
   const int64_t j = e < H3 ? e : e - H3;
-  wq_element(p, w, qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]), j);
+  const qg_qp q = qg_qp_make(p.bits[w], p.uns[w], p.exps[w][j], p.zps[w][j]);
+  wq_element(p, w, q, qg_qf32_make(q), j);
 }
 
 static int aligned16(const void *a) { return ((uintptr_t)a & 15) == 0; }
