@@ -1014,8 +1014,8 @@ enum { BS_X = 32, BS_Y = 8 };
 /* The step kernels' bias sums: the block's four sums (a0..a3 of each thread) over its BS_Y row
  * lanes, in order, in double, into sp[((s chunks + chunk) 4 + k) H + i] (thread row k < 4). I: the
  * kernel's index type (int64_t, or int where the step's indices fit 32 bits). */
-template <typename I>
-__device__ __forceinline__ void block_bias_sums(double (&sh)[4][BS_Y][BS_X], double a0, double a1, double a2, double a3, I s,
+template <typename I, int BX = BS_X>
+__device__ __forceinline__ void block_bias_sums(double (&sh)[4][BS_Y][BX], double a0, double a1, double a2, double a3, I s,
                                                 I H, I i, double *__restrict__ sp, I chunk, I chunks) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   sh[0][ty][tx] = a0; sh[1][ty][tx] = a1; sh[2][ty][tx] = a2; sh[3][ty][tx] = a3;
@@ -1110,6 +1110,107 @@ __device__ __forceinline__ double pow2_neg(int e) {
  * holds the products of those rows only: planes of nr rows. */
 enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 
+/* The work of bwd_step1_kernel's thread (n, i) (i < H, n in [n0, n0 + nr)): its four bias terms
+ * into a (0 for a padded step) and its three dq and dp values into dq3 and dp3 (as written to
+ * p.dq and p.dp; a padded step writes no dp and leaves dp3 as it was; PC = 2 leaves both unset). */
+template <int PC>
+__device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const float *__restrict__ dd, const float *__restrict__ P,
+                                           int nparts, float *__restrict__ dn, void *__restrict__ Hf, const int *__restrict__ xsh,
+                                           const long long *__restrict__ xcorr, int n0, int nr, int i, int n, double (&a)[4],
+                                           float (&dq3)[3], float (&dp3)[3]) {
+  const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
+  const int e = n * H + i, se = s * NH + e;
+  const int Ln = (int)length_at(p.L, n, p.T);
+  const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
+  const int32_t hq = p.hq[se];
+  float dh = dd[e];
+  if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][nr][H] int32 */
+    if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, (int64_t)nr * H, (n - n0) * H + i, xcorr[n], xsh[n]);
+  } else {
+    /* the partial products: slice j, piece c of (n, i) at P[j PC nr H + ((n - n0) PC + c) H + i]
+     * (PC = 1: P[j nr H + (n - n0) H + i]); added slice by slice, pieces in order */
+    const int pr = nr * H, nl = n - n0;
+    float pv[STEP_MAX_SLICES];
+#pragma unroll
+    for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
+      pv[j] = j < nparts * PC ? P[(j / PC) * PC * pr + (nl * PC + j % PC) * H + i] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < STEP_MAX_SLICES; j++)
+      if (j < nparts * PC) dh += pv[j];
+  }
+  constexpr int PW = PC == 2 ? 2 : 1;             /* dq and dp rows as written: PC = 2 as bf16 pieces hi, lo */
+  const int qrow = (s * N + n) * PW * H3 + i;   /* the row of dq */
+  if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
+    const float hf = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
+    if (PC != 2) {
+      float *dqr = p.dq + qrow;
+      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      dq3[0] = dq3[1] = dq3[2] = 0.0f;
+      if (PC != 4 || Hf) ((float *)Hf)[se] = hf;
+    } else {
+      __nv_bfloat16 *dqr = (__nv_bfloat16 *)p.dq + qrow;
+      const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
+      dqr[0] = dqr[H] = dqr[2 * H] = dqr[H3] = dqr[H3 + H] = dqr[H3 + 2 * H] = z;
+      ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(hf);   /* exact: the host's split condition */
+    }
+    dn[e] = dh;
+  } else {
+    const int t = p.reverse ? Ln - 1 - s : s;
+    const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
+    step_in in;
+    const int nw = p.cb / 4;
+#pragma unroll
+    for (int k = 0; k < BP_MAX_WORDS; k++)
+      if (k < nw) in.w[k] = src[k];
+    in.hp = hq;
+    in.dy = p.dy ? p.dy[(t * N + n) * (int)p.Hy + p.y_offset + i] : 0.0f;
+    step_vals v;
+    if (p.tb.val[0]) {
+      const qg_cell_q &q = p.cell;
+      const qg_qp QRH = q.a[QG_Q_MATMUL_RH];
+      int iz, ir, ig, rhb;
+      if (q.narrow) {
+        iz = (int)(in.w[0] & 0xffffu); ir = (int)(in.w[0] >> 16); ig = (int)(in.w[1] & 0xffffu);
+        rhb = (int)(in.w[1] >> 16) + (int)QRH.qmin;
+        v.v.mask = in.w[2];
+      } else {
+        iz = (int)((int32_t)in.w[0] - q.a[QG_Q_Z_PRE].qmin); ir = (int)((int32_t)in.w[1] - q.a[QG_Q_R_PRE].qmin);
+        ig = (int)((int32_t)in.w[2] - q.a[QG_Q_G_PRE].qmin);
+        rhb = (int32_t)in.w[3];
+        v.v.mask = in.w[4];
+      }
+      v.v.z = p.tb.val[0][iz]; v.v.rr = p.tb.val[1][ir]; v.v.g = p.tb.val[2][ig];
+      v.v.dsz = p.tb.der[0][iz]; v.v.dsr = p.tb.der[1][ir]; v.v.dtg = p.tb.der[2][ig];
+      v.v.hp = (float)((double)((int64_t)hq - QH.z) * pow2_neg(QH.e));
+      v.v.rhb = (float)((double)((int64_t)rhb - QRH.z) * pow2_neg(QRH.e));
+      v.dy = in.dy;
+    } else {
+      prepare_step(p, s, Ln, in, v);
+    }
+    qg_cell_grad gr;
+    qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
+    const int prow = (t * N + n) * PW * H3 + i;
+    if (PC != 2) {
+      if (PC != 4 || Hf) ((float *)Hf)[se] = v.v.hp;   /* PC = 4: NULL where the after-loop GEMMs split too */
+      float *dpr = p.dp + prow, *dqr = p.dq + qrow;
+      dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+      dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
+      dp3[0] = gr.dp[0]; dp3[1] = gr.dp[1]; dp3[2] = gr.dp[2];
+    } else {
+      ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(v.v.hp);
+      __nv_bfloat16 *dpr = (__nv_bfloat16 *)p.dp + prow, *dqr = (__nv_bfloat16 *)p.dq + qrow;
+#pragma unroll
+      for (int k = 0; k < 3; k++) {
+        split_bf16(gr.dp[k], dpr + k * H, dpr + H3 + k * H);
+        split_bf16(gr.dq[k], dqr + k * H, dqr + H3 + k * H);
+      }
+    }
+    a[0] = (double)gr.dbx[0]; a[1] = (double)gr.dbx[1]; a[2] = (double)gr.dbx[2]; a[3] = (double)gr.dbr[2];
+    dn[e] = gr.dhprev;
+  }
+}
+
 template <int PC>
 __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_constant__ bwd_params p, int s,
                                                                  const float *__restrict__ dd, const float *__restrict__ P,
@@ -1117,99 +1218,135 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
                                                                  double *__restrict__ sp, const int *__restrict__ xsh,
                                                                  const long long *__restrict__ xcorr, int n0, int nr, int chunks) {
   __shared__ double sh[4][BS_Y][BS_X];
-  const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
+  const int H = (int)p.H;
   const int i = blockIdx.x * BS_X + threadIdx.x, n = n0 + blockIdx.y * BS_Y + threadIdx.y;
-  const int e = n * H + i, se = s * NH + e;
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  if (i < H && n < n0 + nr) {
-    const int Ln = (int)length_at(p.L, n, p.T);
-    const qg_qp QH = p.cell.a[QG_Q_OUTPUT_H];
-    const int32_t hq = p.hq[se];
-    float dh = dd[e];
-    if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][nr][H] int32 */
-      if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, (int64_t)nr * H, (n - n0) * H + i, xcorr[n], xsh[n]);
-    } else {
-      /* the partial products: slice j, piece c of (n, i) at P[j PC nr H + ((n - n0) PC + c) H + i]
-       * (PC = 1: P[j nr H + (n - n0) H + i]); added slice by slice, pieces in order */
-      const int pr = nr * H, nl = n - n0;
-      float pv[STEP_MAX_SLICES];
+  double a[4] = {0, 0, 0, 0};
+  float dq3[3], dp3[3];
+  if (i < H && n < n0 + nr) step1_unit<PC>(p, s, dd, P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
+  block_bias_sums<int>(sh, a[0], a[1], a[2], a[3], s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);
+}
+
+/* bwd_step1_xs_kernel: bwd_step1_kernel<4> (the strict mode's exact split) with xs_rows_kernel's
+ * work on dq_s fused in, so that the per-step chain is this kernel and the int8 GEMM (the split
+ * was a kernel of its own, 5 us a step at large, and a launch more in the chain). A block is
+ * XF_X units x BS_Y rows; a thread-block cluster of ceil(H / XF_X) blocks holds every unit of its
+ * BS_Y rows, so each row's largest |dq 2^-ke| (the split's shift) is a cluster reduction: each
+ * block pushes its row maxima into every peer's shared memory (distributed shared memory), one
+ * cluster barrier, each block reduces its copies. Then each thread writes its three dq values as
+ * digits into the planes D [4][nr][Kp] (the threads of units i < Kp - 3H also zero the row's
+ * padding), and block 0 of the cluster writes the row's shift xsh[n] and correction xcorr[n]
+ * (sum of Xi (zoff - kz): with zero-point terms (zc_any) the blocks' int64 sums pushed to block 0
+ * and added in rank order after a second barrier; else 0). The same integers, shifts and
+ * corrections as xs_rows_kernel (the same xs_fixed of the same floats, exact integer sums): the
+ * same bits. The bias sums are bwd_step1_kernel's (each unit's BS_Y rows in order). R's exponents
+ * (and zero points) of the block's columns arrive by cp.async during the cell. With kmx (the
+ * after-loop split's column maxima of dq and dp, [2][3H] float bits, zeroed before the loop) each
+ * block adds its rows' |dq| and |dp| by integer atomicMax, as xs_colmax_kernel would from the
+ * stored rows (the same maxima: max is order-free), so neither the side stream nor the after-loop
+ * work reads them again. Clusters of up to XF_MAX_CLUSTER blocks: H <= XF_X XF_MAX_CLUSTER. */
+enum { XF_X = 128, XF_MAX_CLUSTER = 8 };
+__global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __grid_constant__ bwd_params p, int s,
+                                                                    const float *__restrict__ dd, const int32_t *__restrict__ P,
+                                                                    int nparts, float *__restrict__ dn, void *__restrict__ Hf,
+                                                                    double *__restrict__ sp, int *__restrict__ xsh,
+                                                                    long long *__restrict__ xcorr, int n0, int nr, int chunks,
+                                                                    int8_t *__restrict__ D, int Kp, const int32_t *__restrict__ ke,
+                                                                    const int32_t *__restrict__ kz, int zoff, int zc_any,
+                                                                    unsigned *__restrict__ kmx) {
+  __shared__ double sh[4][BS_Y][XF_X];
+  __shared__ float wmax[BS_Y][XF_X / 32];
+  __shared__ float rmax[XF_MAX_CLUSTER][BS_Y];       /* the cluster's blocks' row maxima, pushed by each */
+  __shared__ long long wsum[BS_Y][XF_X / 32];
+  __shared__ long long csum[XF_MAX_CLUSTER][BS_Y];   /* block 0's: the blocks' correction sums */
+  __shared__ int32_t kes[3][XF_X], kzs[3][XF_X];     /* R's exponents and zero points of the block's columns */
+  cg::cluster_group cl = cg::this_cluster();
+  const int K = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+  const int H = (int)p.H, H3 = 3 * H, tx = threadIdx.x, ty = threadIdx.y, lane = tx & 31, w = tx >> 5;
+  const int i = blockIdx.x * XF_X + tx, n = n0 + blockIdx.y * BS_Y + ty;
+  const bool valid = i < H && n < n0 + nr;
+  cluster_arrive_relaxed();   /* this block has started: peers may write its shared memory after their wait */
+  if (ty < 3 && i < H) {
+    if (ke) cp_async4(&kes[ty][tx], ke + ty * H + i);
+    if (zc_any && kz) cp_async4(&kzs[ty][tx], kz + ty * H + i);
+  }
+  cp_async_commit();
+  double a[4] = {0, 0, 0, 0};
+  float dq3[3] = {0.0f, 0.0f, 0.0f}, dp3[3] = {0.0f, 0.0f, 0.0f};
+  if (valid) step1_unit<4>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
+  cp_async_wait_all();
+  block_bias_sums<int, XF_X>(sh, a[0], a[1], a[2], a[3], s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);   /* a block barrier */
+  /* the row maxima of |dq 2^-ke| (xs_rows_kernel's m): the warp (one row), the block, the cluster */
+  float m = 0.0f;
+  if (valid)
 #pragma unroll
-      for (int j = 0; j < STEP_MAX_SLICES; j++)   /* all in flight at once */
-        pv[j] = j < nparts * PC ? P[(j / PC) * PC * pr + (nl * PC + j % PC) * H + i] : 0.0f;
+    for (int k = 0; k < 3; k++) m = fmaxf(m, xs_mag(dq3[k]) * xs_pow2_neg(ke ? kes[k][tx] : 0));
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) wmax[ty][w] = m;
+  __syncthreads();   /* (and the bias sums are done with sh) */
+  float *cm = (float *)&sh[0][0][0];   /* kmx: [6][BS_Y][XF_X], |dq| then |dp| of each (row, column) */
+  if (kmx)
 #pragma unroll
-      for (int j = 0; j < STEP_MAX_SLICES; j++)
-        if (j < nparts * PC) dh += pv[j];
+    for (int k = 0; k < 3; k++) {
+      cm[(k * BS_Y + ty) * XF_X + tx] = xs_mag(dq3[k]);
+      cm[((3 + k) * BS_Y + ty) * XF_X + tx] = xs_mag(dp3[k]);
     }
-    constexpr int PW = PC == 2 ? 2 : 1;             /* dq and dp rows as written: PC = 2 as bf16 pieces hi, lo */
-    const int qrow = (s * N + n) * PW * H3 + i;   /* the row of dq */
-    if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
-      const float hf = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
-      if (PC != 2) {
-        float *dqr = p.dq + qrow;
-        dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
-        if (PC != 4 || Hf) ((float *)Hf)[se] = hf;
-      } else {
-        __nv_bfloat16 *dqr = (__nv_bfloat16 *)p.dq + qrow;
-        const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
-        dqr[0] = dqr[H] = dqr[2 * H] = dqr[H3] = dqr[H3 + H] = dqr[H3 + 2 * H] = z;
-        ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(hf);   /* exact: the host's split condition */
-      }
-      dn[e] = dh;
-    } else {
-      const int t = p.reverse ? Ln - 1 - s : s;
-      const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
-      step_in in;
-      const int nw = p.cb / 4;
+  cluster_wait();   /* every block of the cluster has started */
+  if (ty == 0 && tx < BS_Y * K) {   /* thread (row r, peer q): the block's maximum of row r into q's rmax[rank][r] */
+    const int r = tx % BS_Y, q = tx / BS_Y;
+    float b = wmax[r][0];
 #pragma unroll
-      for (int k = 0; k < BP_MAX_WORDS; k++)
-        if (k < nw) in.w[k] = src[k];
-      in.hp = hq;
-      in.dy = p.dy ? p.dy[(t * N + n) * (int)p.Hy + p.y_offset + i] : 0.0f;
-      step_vals v;
-      if (p.tb.val[0]) {
-        const qg_cell_q &q = p.cell;
-        const qg_qp QRH = q.a[QG_Q_MATMUL_RH];
-        int iz, ir, ig, rhb;
-        if (q.narrow) {
-          iz = (int)(in.w[0] & 0xffffu); ir = (int)(in.w[0] >> 16); ig = (int)(in.w[1] & 0xffffu);
-          rhb = (int)(in.w[1] >> 16) + (int)QRH.qmin;
-          v.v.mask = in.w[2];
-        } else {
-          iz = (int)((int32_t)in.w[0] - q.a[QG_Q_Z_PRE].qmin); ir = (int)((int32_t)in.w[1] - q.a[QG_Q_R_PRE].qmin);
-          ig = (int)((int32_t)in.w[2] - q.a[QG_Q_G_PRE].qmin);
-          rhb = (int32_t)in.w[3];
-          v.v.mask = in.w[4];
-        }
-        v.v.z = p.tb.val[0][iz]; v.v.rr = p.tb.val[1][ir]; v.v.g = p.tb.val[2][ig];
-        v.v.dsz = p.tb.der[0][iz]; v.v.dsr = p.tb.der[1][ir]; v.v.dtg = p.tb.der[2][ig];
-        v.v.hp = (float)((double)((int64_t)hq - QH.z) * pow2_neg(QH.e));
-        v.v.rhb = (float)((double)((int64_t)rhb - QRH.z) * pow2_neg(QRH.e));
-        v.dy = in.dy;
-      } else {
-        prepare_step(p, s, Ln, in, v);
-      }
-      qg_cell_grad gr;
-      qg_cell_backward_values(v.v.mask, v.v.z, v.v.rr, v.v.g, v.v.dsz, v.v.dsr, v.v.dtg, v.v.hp, v.v.rhb, dh + v.dy, &gr);
-      const int prow = (t * N + n) * PW * H3 + i;
-      if (PC != 2) {
-        if (PC != 4 || Hf) ((float *)Hf)[se] = v.v.hp;   /* PC = 4: NULL where the after-loop GEMMs split too */
-        float *dpr = p.dp + prow, *dqr = p.dq + qrow;
-        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
-        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
-      } else {
-        ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(v.v.hp);
-        __nv_bfloat16 *dpr = (__nv_bfloat16 *)p.dp + prow, *dqr = (__nv_bfloat16 *)p.dq + qrow;
+    for (int k = 1; k < XF_X / 32; k++) b = fmaxf(b, wmax[r][k]);
+    st_cluster_f32(mapa_shared(smem_addr(&rmax[rank][r]), (uint32_t)q), b);
+  }
+  cluster_arrive();
+  cluster_wait();   /* every block's maxima are here (and cm is complete) */
+  if (kmx && ty < 6 && i < H) {   /* the block's column maxima over its rows, by integer atomicMax (order-free) */
+    float v = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 3; k++) {
-          split_bf16(gr.dp[k], dpr + k * H, dpr + H3 + k * H);
-          split_bf16(gr.dq[k], dqr + k * H, dqr + H3 + k * H);
-        }
-      }
-      a0 = (double)gr.dbx[0]; a1 = (double)gr.dbx[1]; a2 = (double)gr.dbx[2]; a3 = (double)gr.dbr[2];
-      dn[e] = gr.dhprev;
+    for (int r = 0; r < BS_Y; r++) v = fmaxf(v, cm[(ty * BS_Y + r) * XF_X + tx]);
+    if (v > 0.0f) atomicMax(kmx + (ty / 3) * H3 + (ty % 3) * H + i, __float_as_uint(v));
+  }
+  float rm = 0.0f;
+  for (int q = 0; q < K; q++) rm = fmaxf(rm, rmax[q][ty]);
+  const int sft = xs_shift((double)rm);
+  /* the digits of the thread's three values, and their correction terms */
+  long long c = 0;
+  const int plane = nr * Kp;
+  int8_t *drow = D + (n - n0) * Kp;
+  if (valid) {
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+      const int j = k * H + i, xi = xs_fixed(dq3[k], sft - (ke ? kes[k][tx] : 0));
+      int8_t dg[XS_DIGITS];
+      xs_digits(xi, dg);
+      if (zc_any) c += xi * (long long)(zoff - (kz ? kzs[k][tx] : 0));
+#pragma unroll
+      for (int d = 0; d < XS_DIGITS; d++) drow[d * plane + j] = dg[d];
     }
   }
-  block_bias_sums<int>(sh, a0, a1, a2, a3, s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);
+  if (n < n0 + nr && i < Kp - H3)   /* the row's padding columns [3H, Kp) */
+#pragma unroll
+    for (int d = 0; d < XS_DIGITS; d++) drow[d * plane + H3 + i] = 0;
+  if (zc_any) {   /* the row's correction: warps, blocks (pushed to block 0), in rank order */
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (lane == 0) wsum[ty][w] = c;
+    __syncthreads();
+    if (ty == 0 && tx < BS_Y) {
+      long long b = 0;
+#pragma unroll
+      for (int k = 0; k < XF_X / 32; k++) b += wsum[tx][k];
+      st_cluster_s64(mapa_shared(smem_addr(&csum[rank][tx]), 0), b);
+    }
+    cluster_arrive();
+    cluster_wait();
+  }
+  if (rank == 0 && tx == 0 && n < n0 + nr) {
+    long long b = 0;
+    if (zc_any)
+      for (int q = 0; q < K; q++) b += csum[q][ty];
+    xsh[n] = sft;
+    xcorr[n] = b;
+  }
 }
 
 /* out[e] = dd[e] + the nparts slices' partial products of e = (n, i), pieces in order within a
@@ -1497,6 +1634,12 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the
   return S;
 }
 
+/* 1: the strict split's per-step chain fuses dq_s's split into the step kernel (bwd_step1_xs_kernel)
+ * where H allows; 0: xs_rows_kernel after bwd_step1_kernel everywhere (the same bits). */
+#ifndef QGRU_XS_FUSED_STEP
+#define QGRU_XS_FUSED_STEP 1
+#endif
+
 /* The strict split's per-step chain (the step kernel, xs_rows_kernel, the int8 GEMM) runs as two
  * independent chains of half the batch rows each, on the main and the aux stream, from this many
  * rows (N) on: each chain's latency-bound kernels then overlap the other's GEMM (H200, large:
@@ -1560,6 +1703,8 @@ struct step_loop {
    * R's per-row exponents ke and zero points kz, the codes' offset zoff; the products in P as
    * int32 [slices][4][N][H] */
   int xs, zoff;
+  int fused, zc_any;           /* xs: bwd_step1_xs_kernel (the split fused into the step kernel; zc_any: R has zero-point terms) */
+  unsigned *kmx;               /* fused: the after-loop split's column maxima of dq, dp [2][3H], by the step kernel (else NULL) */
   int64_t Kp;
   int8_t *Dq;
   const int8_t *RT;
@@ -1606,7 +1751,7 @@ static qg_status side_start(qg_ctx *ctx, const char *fn, const step_loop &L) {
   const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, TN = T * N, C = L.C;
   const dim3 tb(XS_THREADS);
   if (L.xs) {   /* the after-loop products' operands */
-    QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(L.mx, 0, (size_t)2 * H3 * 4, ss));
+    if (!L.kmx) QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(L.mx, 0, (size_t)2 * H3 * 4, ss));   /* (else zeroed before the loop) */
     xs_codes_t_kernel<<<dim3(qg_cuda_blocks(L.TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, ss>>>(L.hT, L.bp.hq, TN, H, L.TNp, L.offH);
     xs_codes_t_kernel<<<dim3(qg_cuda_blocks(L.TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ss>>>(L.xT, L.xcodes, TN, C, L.TNp, L.offX);
     if (L.side_dx)
@@ -1625,7 +1770,7 @@ static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int
   const cublasHandle_t sb = (cublasHandle_t)L.side_blas;
   const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, C = L.C;
   const int64_t t0 = L.reverse ? T - se : s, rows = (se - s) * N, r0 = t0 * N;
-  if (L.xs) {
+  if (L.xs && !L.kmx) {   /* (kmx: the step kernels' work) */
     const int64_t rpb = XS_COLMAX_ROWS;   /* rows per block of the column maxima, as after the loop */
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(rows, (int)rpb));
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx, L.bp.dq + s * N * H3, rows, H3, rpb);
@@ -1665,14 +1810,33 @@ static qg_status step_loop_body(void *arg) {
         if (L.xs) {
           int32_t *Pg = (int32_t *)L.P + S * XS_DIGITS * n0 * H;
           int8_t *Dg = L.Dq + XS_DIGITS * n0 * L.Kp;
-          bwd_step1_kernel<4><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, (const float *)Pg, np, dn, L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr,
-                                                     chunks);
-          QG_CHECK(qg_cuda_launched(ctx, fn));
-          if (mark) QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], gs));
-          /* dq_s as digit planes (R's exponents folded in), then P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
-          xs_rows_kernel<<<(unsigned)nr, XS_THREADS, 0, gs>>>(Dg, L.xsh + n0, L.xcorr + n0, L.bp.dq + (s * N + n0) * H3, H3, nr, H3, L.Kp,
-                                                             L.ke, L.kz, L.zoff);
-          QG_CHECK(qg_cuda_launched(ctx, fn));
+          if (L.fused) {   /* the step and dq_s's digit planes (R's exponents folded in) in one kernel */
+            const unsigned K = (unsigned)((H + XF_X - 1) / XF_X);
+            cudaLaunchConfig_t lc = {};
+            cudaLaunchAttribute at[1];
+            lc.gridDim = dim3(K, (unsigned)((nr + BS_Y - 1) / BS_Y));
+            lc.blockDim = dim3(XF_X, BS_Y);
+            lc.stream = gs;
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+            lc.attrs = at;
+            lc.numAttrs = 1;
+            QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, bwd_step1_xs_kernel, L.bp, (int)s, (const float *)dh, (const int32_t *)Pg, np, dn,
+                                                      L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr, chunks, Dg, (int)L.Kp, L.ke, L.kz,
+                                                      L.zoff, L.zc_any, L.kmx));
+            QG_CHECK(qg_cuda_launched(ctx, fn));
+            if (mark) QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], gs));
+          } else {
+            bwd_step1_kernel<4><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, (const float *)Pg, np, dn, L.Hf, L.sp, L.xsh, L.xcorr, (int)n0,
+                                                       (int)nr, chunks);
+            QG_CHECK(qg_cuda_launched(ctx, fn));
+            if (mark) QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], gs));
+            /* dq_s as digit planes (R's exponents folded in) */
+            xs_rows_kernel<<<(unsigned)nr, XS_THREADS, 0, gs>>>(Dg, L.xsh + n0, L.xcorr + n0, L.bp.dq + (s * N + n0) * H3, H3, nr, H3, L.Kp,
+                                                               L.ke, L.kz, L.zoff);
+            QG_CHECK(qg_cuda_launched(ctx, fn));
+          }
+          /* P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
           QG_CHECK(xs_gemm_on(ctx, gb, fn, Pg, Dg, L.RT, XS_DIGITS * nr, H, L.Kp, (int)S));
         } else {
           float *Pg = L.P + S * 2 * n0 * H;
@@ -1816,6 +1980,8 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                       (force || step_flops >= XS_MIN_STEP_FLOPS);
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
+  /* the split of dq_s in the step kernel (bwd_step1_xs_kernel) where a cluster holds a row's units, else xs_rows_kernel after it */
+  const int xs_fused = QGRU_XS_FUSED_STEP && xs_step && H <= (int64_t)XF_X * XF_MAX_CLUSTER;
   /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */
   const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? QGRU_ROW_GROUPS : 1;
   int64_t gstart[XG_MAX + 1];   /* group g: rows [gstart[g], gstart[g + 1]), block-row aligned */
@@ -1906,6 +2072,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, f, bp, pc, dh));
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
+  unsigned *kmx = NULL;   /* the after-loop split's column maxima when the step kernels compute them (bwd_step1_xs_kernel) */
   if (!persistent && TN > 0 && NH > 0) {
     /* the per-step loop, as one CUDA graph from the second identical call on (the context's cache of
      * captured loops, kernels/gru.cu): the key is every argument of the loop */
@@ -1922,6 +2089,13 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                                                                                                             H3p, offR);
       QG_CHECK(qg_cuda_launched(ctx, fn));
       L.xs = 1; L.zoff = offR; L.Kp = H3p; L.Dq = sDq; L.RT = RT;
+      L.fused = xs_fused;
+      L.zc_any = 0;
+      for (int64_t j = 0; j < H3 && !L.zc_any; j++) L.zc_any = g->w_zp_host[QG_W_R][j] != offR;
+      if (xs_fused && xs_after) {   /* the after-loop split's column maxima by the step kernels: zeroed here, before the loop */
+        L.kmx = kmx = (unsigned *)(ws + o_mx);
+        QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(kmx, 0, (size_t)2 * H3 * 4, st));
+      }
       L.xsh = (int *)(ws + o_sSh); L.xcorr = (long long *)(ws + o_sCo);
       L.ke = g->w_exp[QG_W_R]; L.kz = g->w_zp[QG_W_R];
     }
@@ -2020,8 +2194,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     if (!sc) {
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, ax>>>(xT, (const int32_t *)xq->data, TN, C,
                                                                                                     TNp, offX);
-      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx + H3, 0, (size_t)H3 * 4, ax));
-      xs_colmax_kernel<<<mg, tb, 0, ax>>>(mx + H3, dp, TN, H3, rpb);
+      if (!kmx) {
+        QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx + H3, 0, (size_t)H3 * 4, ax));
+        xs_colmax_kernel<<<mg, tb, 0, ax>>>(mx + H3, dp, TN, H3, rpb);
+      }
     }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco + H3, 0, (size_t)H3 * 8, ax));
     xs_cols_kernel<<<cg, tb, 0, ax>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
@@ -2033,8 +2209,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     /* main: dR = dq^T h~, then dx = dp W~ (h's codes, the column maxima and dx: the loop's side stream, where sc) */
     if (!sc) {
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
-      QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)H3 * 4, st));
-      xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
+      if (!kmx) {
+        QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(mx, 0, (size_t)H3 * 4, st));
+        xs_colmax_kernel<<<mg, tb, 0, st>>>(mx, dq, TN, H3, rpb);
+      }
     }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)H3 * 8, st));
     xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);

@@ -85,6 +85,21 @@ __device__ __forceinline__ void st_async_b64(uint32_t addr, uint64_t v, uint32_t
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(addr), "l"(v), "r"(mbar) : "memory");
 }
 
+/* The cluster barrier in halves (barrier.cluster; every thread of every CTA of the cluster takes
+ * part, each warp from one instruction): arrive (release: this thread's writes, distributed
+ * shared memory included, are visible to the peers after their wait; relaxed: no such order, for
+ * a phase that only says "this CTA has started") and wait (acquire). */
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+/* *addr = v in a peer's shared memory (addr from mapa_shared) */
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_cluster_s64(uint32_t addr, long long v) {
+  asm volatile("st.shared::cluster.s64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t *p) {
   int32_t v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");

@@ -526,12 +526,19 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
     { "int8, two row groups, dx in chunks beside the loop", {}, true, { seed = 75, T = 40, N = 130, C = 9, H = 33, h0 = true, lengths = true } },
     { "int8, dx in chunks, reversed", {}, true, { seed = 76, T = 35, N = 130, C = 9, H = 33, reverse = true } },
     { "int8, one row group, dx in chunks", {}, true, { seed = 77, T = 70, N = 64, C = 9, H = 33, lengths = true } },
+    -- the per-step split in the step kernel (bwd_step1_xs_kernel): clusters of 8 blocks of 128 units
+    -- (H = 1000) with per-channel zero points of weight.R (the corrections summed over the cluster);
+    -- above 1024 units, the split kernel after the step kernel (xs_rows_kernel) instead. The
+    -- persistent backward cannot hold these H: the per-step path only.
+    { "int8, asymmetric weight.R, 8-block clusters", { ["weight.R"] = { bitwidth = 8, is_symmetric = false } }, true,
+      { seed = 78, T = 3, N = 11, C = 5, H = 1000, h0 = true, lengths = true, fallback_only = true } },
+    { "int8, H above a cluster's units", {}, true, { seed = 79, T = 3, N = 5, C = 3, H = 1030, reverse = true, fallback_only = true } },
   }) do
     it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
                      .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
       local c = v[4]
       local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, v[2], v[1])
-      for _, path in ipairs({ "fallback", "persistent" }) do
+      for _, path in ipairs(c.fallback_only and { "fallback" } or { "fallback", "persistent" }) do
         local ok, err = pcall(with_path, path, function()
           local hg = layer_on("cuda", lq, c.C, c.H)
           local o = forward("cuda", hg, inp, true)
