@@ -66,7 +66,9 @@
  * pieces. Per step (bwd_step1_kernel<4>, the per-step path): the step kernel writes dq in fp32,
  * xs_rows_kernel turns dq_s into digit planes (R's per-row exponents folded in), one int8 GEMM
  * (two K slices where the output leaves the device idle) by R's codes, and the next step kernel
- * adds the digit products (xs_element: int64, one rounding). Beside the loop (per-step path, both
+ * adds the digit products (xs_element: int64, one rounding). Where a thread-block cluster holds a
+ * row's units (H <= 1024), bwd_step1_xs_kernel is the step kernel and the split in one launch
+ * (the same bits) and also gathers the after-loop split's column maxima of dq and dp. Beside the loop (per-step path, both
  * splits), a side stream at the device's least priority prepares what the after-loop products
  * need and computes dx chunk by chunk (step_loop; bench/cuda_int_gru.md, session 21: large strict
  * backward 4.92 -> 4.74 ms). After the loop (either path): the
