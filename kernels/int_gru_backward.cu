@@ -1642,6 +1642,31 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the
 #define QGRU_XS_FUSED_STEP 1
 #endif
 
+/* Whether the device runs bwd_step1_xs_kernel's clusters for H units (ceil(H / XF_X) blocks of
+ * XF_X x BS_Y threads: at least one such cluster resident at once; not on every partition of a
+ * GPU). Memoized per device ordinal and cluster size (an occupancy query). */
+static int xs_fused_fits(int64_t H) {
+  enum { DEVS = 64 };
+  static signed char memo[DEVS][XF_MAX_CLUSTER + 1];   /* 0 unknown, 1 no, 2 yes */
+  const int K = (int)((H + XF_X - 1) / XF_X);
+  int dev = 0;
+  if (K < 1 || K > XF_MAX_CLUSTER || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) { (void)cudaGetLastError(); return 0; }
+  if (!memo[dev][K]) {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute at[1];
+    lc.gridDim = dim3((unsigned)K);
+    lc.blockDim = dim3(XF_X, BS_Y);
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, bwd_step1_xs_kernel, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
+    memo[dev][K] = n > 0 ? 2 : 1;
+  }
+  return memo[dev][K] == 2;
+}
+
 /* The strict split's per-step chain (the step kernel, xs_rows_kernel, the int8 GEMM) runs as two
  * independent chains of half the batch rows each, on the main and the aux stream, from this many
  * rows (N) on: each chain's latency-bound kernels then overlap the other's GEMM (H200, large:
@@ -1983,7 +2008,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
   /* the split of dq_s in the step kernel (bwd_step1_xs_kernel) where a cluster holds a row's units, else xs_rows_kernel after it */
-  const int xs_fused = QGRU_XS_FUSED_STEP && xs_step && H <= (int64_t)XF_X * XF_MAX_CLUSTER;
+  const int xs_fused = QGRU_XS_FUSED_STEP && xs_step && H <= (int64_t)XF_X * XF_MAX_CLUSTER && xs_fused_fits(H);
   /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */
   const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? QGRU_ROW_GROUPS : 1;
   int64_t gstart[XG_MAX + 1];   /* group g: rows [gstart[g], gstart[g + 1]), block-row aligned */
