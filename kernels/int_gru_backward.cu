@@ -1642,6 +1642,21 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the
 #define QGRU_XS_FUSED_STEP 1
 #endif
 
+/* bwd_step1_xs_kernel's launch: clusters of ceil(H / XF_X) blocks of XF_X x BS_Y threads along
+ * the units, ceil(nr / BS_Y) of them along the rows; at: the cluster attribute's storage. */
+static cudaLaunchConfig_t xs_fused_config(int64_t H, int64_t nr, cudaStream_t st, cudaLaunchAttribute *at) {
+  const unsigned K = (unsigned)((H + XF_X - 1) / XF_X);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(K, (unsigned)((nr + BS_Y - 1) / BS_Y));
+  lc.blockDim = dim3(XF_X, BS_Y);
+  lc.stream = st;
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+  lc.attrs = at;
+  lc.numAttrs = 1;
+  return lc;
+}
+
 /* Whether the device runs bwd_step1_xs_kernel's clusters for H units (ceil(H / XF_X) blocks of
  * XF_X x BS_Y threads: at least one such cluster resident at once; not on every partition of a
  * GPU). Memoized per device ordinal and cluster size (an occupancy query). */
@@ -1652,14 +1667,8 @@ static int xs_fused_fits(int64_t H) {
   int dev = 0;
   if (K < 1 || K > XF_MAX_CLUSTER || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) { (void)cudaGetLastError(); return 0; }
   if (!memo[dev][K]) {
-    cudaLaunchConfig_t lc = {};
     cudaLaunchAttribute at[1];
-    lc.gridDim = dim3((unsigned)K);
-    lc.blockDim = dim3(XF_X, BS_Y);
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
-    lc.attrs = at;
-    lc.numAttrs = 1;
+    const cudaLaunchConfig_t lc = xs_fused_config(H, BS_Y, 0, at);
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, bwd_step1_xs_kernel, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
     memo[dev][K] = n > 0 ? 2 : 1;
@@ -1838,16 +1847,8 @@ static qg_status step_loop_body(void *arg) {
           int32_t *Pg = (int32_t *)L.P + S * XS_DIGITS * n0 * H;
           int8_t *Dg = L.Dq + XS_DIGITS * n0 * L.Kp;
           if (L.fused) {   /* the step and dq_s's digit planes (R's exponents folded in) in one kernel */
-            const unsigned K = (unsigned)((H + XF_X - 1) / XF_X);
-            cudaLaunchConfig_t lc = {};
             cudaLaunchAttribute at[1];
-            lc.gridDim = dim3(K, (unsigned)((nr + BS_Y - 1) / BS_Y));
-            lc.blockDim = dim3(XF_X, BS_Y);
-            lc.stream = gs;
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
-            lc.attrs = at;
-            lc.numAttrs = 1;
+            const cudaLaunchConfig_t lc = xs_fused_config(H, nr, gs, at);
             QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, bwd_step1_xs_kernel, L.bp, (int)s, (const float *)dh, (const int32_t *)Pg, np, dn,
                                                       L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr, chunks, Dg, (int)L.Kp, L.ke, L.kz,
                                                       L.zoff, L.zc_any, L.kmx));

@@ -534,8 +534,9 @@ gpu_describe("integer GRU on CUDA: STE backward, determinism, calibration #gpu",
       { seed = 78, T = 3, N = 11, C = 5, H = 1000, h0 = true, lengths = true, fallback_only = true } },
     { "int8, H above a cluster's units", {}, true, { seed = 79, T = 3, N = 5, C = 3, H = 1030, reverse = true, fallback_only = true } },
   }) do
-    it(string.format("strict mode, exact int8 split forced on, both paths, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
-                     .. "the same run twice is bit-identical", v[1], v[3] and "different bits from" or "the same bits as"), function()
+    it(string.format("strict mode, exact int8 split forced on, %s, %s: STE gradients within 1e-5 of the CPU's, %s the SGEMMs'; "
+                     .. "the same run twice is bit-identical", v[4].fallback_only and "the per-step path" or "both paths", v[1],
+                     v[3] and "different bits from" or "the same bits as"), function()
       local c = v[4]
       local lq, inp, dy, dhn, g0, gref = uniform_ste_case(c, v[2], v[1])
       for _, path in ipairs(c.fallback_only and { "fallback" } or { "fallback", "persistent" }) do
