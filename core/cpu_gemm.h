@@ -16,7 +16,7 @@
  * with may use AVX2 kernels on a CPU that has AVX-512. So where the CPU has AVX-512F the weights
  * are packed once per call into panels of 16 columns, Bp[p][k][0..15] = B[k][16p + c] (zero
  * past the last column), and a register-blocked kernel (4 rows x 64 columns of accumulators)
- * multiplies; elsewhere CBLAS does. Each output is one fused multiply-add chain over k in order,
+ * multiplies; elsewhere (and in a build with QGRU_NO_PACKED_GEMM) CBLAS does. Each output is one fused multiply-add chain over k in order,
  * whatever the row grouping, so a row's result does not depend on how rows are split.
  * gmat: B as given to CBLAS (trans: B = mat^T with mat [Nc, K], else mat is [K, Nc]) and its
  * packed copy (NULL: use CBLAS). */
@@ -42,7 +42,9 @@ static inline void pack_panels(const gmat *b, int64_t p0, int64_t p1) {
       }
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
+/* QGRU_NO_PACKED_GEMM compiles the packed kernel out, so CBLAS runs everywhere: the build the
+ * CBLAS path's tests use on CPUs that have AVX-512 (CMakeLists.txt, qgru_blas). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(QGRU_NO_PACKED_GEMM)
 #include <immintrin.h>
 #define QG_HAVE_AVX512_KERNEL 1
 

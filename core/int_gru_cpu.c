@@ -1037,8 +1037,10 @@ static qg_status backward_fast(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_ten
     a.Bx = (gmat){NULL, 0, C, TN, a.Bh.packed + packed_floats(H, TN)};
     pack_b(&a.Br);
     pack_b(&a.Bw);
-  } else {
+  } else {   /* gemm_sums' CBLAS path reads the shapes of Bh and Bx */
     a.Xf = ops; a.Hf = a.Xf + TN * C;
+    a.Bh = (gmat){NULL, 0, H, TN, NULL};
+    a.Bx = (gmat){NULL, 0, C, TN, NULL};
   }
   if (dhn) memcpy(a.dh, dhn->data, (size_t)(N * H) * sizeof(float));
   else memset(a.dh, 0, (size_t)(N * H) * sizeof(float));
