@@ -244,53 +244,64 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
 
 /* Rounding constants of v * 2^-k, rounded half to even, for |v| <= 2^29 (qg_rs32_make). v is
  * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^29), then shifted right by
- * kr >= 1 with ties to even: (v + bias + ((v >> kr) & 1)) >> kr, bias = 2^(kr-1) - 1.
- * k > 0: l = 0, kr = min(k, 30) (for k > 30 every |v| <= 2^29 rounds to 0 either way).
- * k <= 0: l = min(1 - k, 29), kr = 1 (the extra bit is shifted out again, exactly); a value
- * beyond 2^28 saturates to +-2^28, which every grid of this cell (16 bits) clamps alike.
+ * kr >= 0 with ties to even: (v + bias + ((v >> kr) & om)) >> kr, bias = 2^(kr-1) - 1 and
+ * om = min(kr, 1) (kr = 0: bias = om = 0, the value itself).
+ * k > 0: l = 0, lim = 2^29, kr = min(k, 30) (for k > 30 every |v| <= 2^29 rounds to 0 either way).
+ * k = 0: l = 0, lim = 2^29, kr = 0: v itself.
+ * k < 0: l = min(-k, 29), lim = 2^(29-l), kr = 0: v 2^l; a value beyond 2^(29-l) saturates to
+ * +-2^29, which every grid of this cell (16 bits) clamps alike.
  * Why |v| <= 2^29 is exact (this is the bound on the W x and R h accumulators):
- *   k > 0: lim = 2^29, so no such v is clamped; v + bias + 1 <= 2^29 + 2^29 < 2^31 does not
- *     overflow, and floor((v + 2^(kr-1) - 1 + odd) / 2^kr), odd = bit kr of v, is v 2^-kr rounded
- *     half to even (remainder above half: carries; exactly half: carries iff the quotient is
- *     odd; below: does not). For kr = 30 < k, |v 2^-k| <= 1/4 and the formula gives 0 as well
- *     (v = +-2^29 included: (2^29 + 2^29 - 1) >> 30 = 0, (-2^29 + 2^29 - 1 + 1) >> 30 = 0).
- *   k <= 0: any int32 v. Unclamped (|v| <= 2^(29-l)), v 2^l is even and exact, so the result is
- *     v 2^(l-1) = v 2^-k when l = 1 - k; clamped, the result is +-2^28 and the true value
- *     |v| 2^-k > 2^(29-l) 2^(l-1) = 2^28 (or >= 2^29 when l is capped at 29): either lies beyond
- *     any grid of at most 16 bits plus its zero point, so the code and the mask bit agree. */
+ *   k > 0: no such v is clamped; v + bias + 1 <= 2^29 + 2^29 < 2^31 does not overflow, and
+ *     floor((v + 2^(kr-1) - 1 + odd) / 2^kr), odd = bit kr of v, is v 2^-kr rounded half to even
+ *     (remainder above half: carries; exactly half: carries iff the quotient is odd; below: does
+ *     not). For kr = 30 < k, |v 2^-k| <= 1/4 and the formula gives 0 as well (v = +-2^29
+ *     included: (2^29 + 2^29 - 1) >> 30 = 0, (-2^29 + 2^29 - 1 + 1) >> 30 = 0).
+ *   k < 0: unclamped (|v| <= 2^(29-l)), v 2^l is exact and equals v 2^-k when l = -k; clamped,
+ *     the result is +-2^29 and the true value |v| 2^-k > 2^29 (or v = +-1 when l is capped at 29,
+ *     |v| 2^-k >= 2^30): either lies beyond any grid of at most 16 bits plus its zero point, so
+ *     the code and the mask bit agree.
+ * So where k >= 0 (mul = 1) the clamp and the multiply change nothing: qg_rs32_round alone is
+ * exact. A layer whose every requantization has k >= 0 (qg_cell32_unit_fast and qg_cell32's
+ * `fast`, the common case: accumulators requantized to coarser grids) runs the cell with `fast`
+ * set, three dependent instructions fewer per requantization. */
 typedef struct {
   int32_t lim, mul, kr, bias;
 } qg_rs32;
 
 QG_HD qg_rs32 qg_rs32_make(int k) {
   qg_rs32 p;
-  int l;
-  if (k > 0) { l = 0; p.kr = k < 30 ? k : 30; }
-  else { l = 1 - k < 29 ? 1 - k : 29; p.kr = 1; }
+  const int l = k >= 0 ? 0 : (-k < 29 ? -k : 29);
+  p.kr = k <= 0 ? 0 : (k < 30 ? k : 30);
   p.lim = (int32_t)1 << (29 - l);
   p.mul = (int32_t)1 << l;
-  p.bias = ((int32_t)1 << (p.kr - 1)) - 1;
+  p.bias = p.kr ? ((int32_t)1 << (p.kr - 1)) - 1 : 0;
   return p;
+}
+
+/* The rounding shift alone: exact for |v| <= 2^29 when the constants come from a k >= 0. */
+QG_HD int32_t qg_rs32_round(int32_t v, int32_t kr, int32_t bias) {
+  const int32_t om = kr < 1 ? kr : 1;   /* kr = 0: no rounding bit */
+  return (v + bias + ((v >> kr) & om)) >> kr;   /* >> of a negative value: arithmetic (GCC, nvcc) */
 }
 
 QG_HD int32_t qg_rs32_apply(int32_t v, int32_t lim, int32_t mul, int32_t kr, int32_t bias) {
   v = v < -lim ? -lim : v;
   v = v > lim ? lim : v;
-  v *= mul;
-  return (v + bias + ((v >> kr) & 1)) >> kr;   /* >> of a negative value: arithmetic (GCC, nvcc) */
+  return qg_rs32_round(v * mul, kr, bias);
 }
 
-/* A per-tensor quantizer of the 32-bit cell: zero point and grid. */
+/* A per-tensor quantizer of the 32-bit cell: zero point, grid, and the grid around the zero
+ * point (lo = qmin - z, hi = qmax - z: the cell works on centered codes, code - z). */
 typedef struct {
-  int32_t z, qmin, qmax;
+  int32_t z, qmin, qmax, lo, hi;
 } qg_q32;
 
-/* r + z clamped to the grid; *m the in-range bit. */
-QG_HD int32_t qg_q32_code(int32_t r, qg_q32 q, uint32_t *m) {
-  r += q.z;
-  *m = (uint32_t)(r >= q.qmin) & (uint32_t)(r <= q.qmax);
-  r = r < q.qmin ? q.qmin : r;
-  return r > q.qmax ? q.qmax : r;
+/* The centered code of r (a value at the quantizer's scale, before its zero point): r clamped
+ * to [lo, hi]; *m the in-range bit. The code is the result plus z. */
+QG_HD int32_t qg_q32_centered(int32_t r, qg_q32 q, uint32_t *m) {
+  *m = (uint32_t)(r >= q.lo) & (uint32_t)(r <= q.hi);
+  r = r < q.lo ? q.lo : r;
+  return r > q.hi ? q.hi : r;
 }
 
 /* Rows of the per-unit constants P [QG_C32_ROWS, H] (row r of unit i at P[r H + i]). A
@@ -316,6 +327,7 @@ typedef struct {
   qg_rs32 s_rrh, s_old, s_new, s_h;
   int32_t m_old, m_new;   /* h = old 2^(emax - e_old) + new 2^(emax - e_new), emax the larger */
   int32_t one_z;          /* 2^e of gate.z_out: 1 in its scale */
+  int fast;               /* the four per-tensor requantizations above have k >= 0 (qg_rs32) */
 } qg_cell32;
 
 typedef struct {
@@ -327,6 +339,7 @@ QG_HD int64_t qg_cell32_cmax(qg_qp q) { return q.qmax - q.z > q.z - q.qmin ? q.q
 QG_HD qg_q32 qg_q32_of(qg_qp q) {
   qg_q32 r;
   r.z = q.z; r.qmin = (int32_t)q.qmin; r.qmax = (int32_t)q.qmax;
+  r.lo = r.qmin - r.z; r.hi = r.qmax - r.z;
   return r;
 }
 
@@ -370,6 +383,7 @@ QG_HD int qg_cell32_setup(qg_cell32 *c, const qg_cell_q *q, int gemm_exact) {
   c->m_old = (int32_t)1 << (eh - QOLD.e);
   c->m_new = (int32_t)1 << (eh - QNEW.e);
   c->one_z = (int32_t)1 << QZ.e;
+  c->fast = c->s_rrh.mul == 1 && c->s_old.mul == 1 && c->s_new.mul == 1 && c->s_h.mul == 1;
   return 1;
 }
 
@@ -436,6 +450,16 @@ QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, c
   return 1;
 }
 
+/* Whether every requantization of unit i's rows has k >= 0 (qg_rs32: mul = 1), so that the cell
+ * may run with `fast` set for it (together with qg_cell32's per-tensor `fast`). */
+QG_HD int qg_cell32_unit_fast(const int32_t *P, int64_t H, int64_t i) {
+  const int rq[10] = {QG_C32_WX, QG_C32_WX + 4, QG_C32_WX + 8, QG_C32_RH, QG_C32_RH + 4, QG_C32_RH + 8,
+                      QG_C32_Z + 3, QG_C32_R + 3, QG_C32_RHB + 2, QG_C32_G + 3};
+  for (int k = 0; k < 10; k++)
+    if (P[(int64_t)(rq[k] + 1) * H + i] != 1) return 0;
+  return 1;
+}
+
 /* Steps 2 (requantization) to 8 for unit i of one row, in three phases that qg_cell32_forward
  * composes (a kernel may run them on different threads: the z half does not depend on r and g):
  *   qg_cell32_z   W x and R h of row z requantized, z_pre, z = lut(z_pre), old = z h_{t-1}
@@ -443,9 +467,12 @@ QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, c
  *   qg_cell32_h   new = (1 - z) g, h = old + new
  * Each phase returns its own bits of the mask word (disjoint); the word is their OR. Arguments:
  * aw*, ar* the W x and R h accumulators of the unit's rows z, r, g (exact integers of magnitude at
- * most 2^29 = QG_C32_BOUND, see qg_rs32), hprev the previous output.h code. */
+ * most 2^29 = QG_C32_BOUND, see qg_rs32), hprev the previous output.h code. Inside, every value is
+ * a centered code (code - zero point: qg_q32_centered); codes are formed only where they leave.
+ * fast (a literal at every call site): the requantizations as qg_rs32_round alone, allowed where
+ * c->fast and qg_cell32_unit_fast(unit) hold; the same results as fast = 0 there. */
 typedef struct {
-  int32_t zpre, cz, old;   /* z_pre's code, z's centered code (q - z point), old's code */
+  int32_t zpre, cz, cold;   /* z_pre's code, z's centered code, old's centered code */
   uint32_t mask;
 } qg_cell32_zo;
 
@@ -455,70 +482,74 @@ typedef struct {
 } qg_cell32_rgo;
 
 #define QG_C32P(row) P[(int64_t)(row) * H + i]
-#define QG_C32RQ(v, row) qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3))
-#define QG_C32RS(v, s) qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias)
-QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o) {
+#define QG_C32RQ(v, row)                                                                                   \
+  (fast ? qg_rs32_round((v), QG_C32P((row) + 2), QG_C32P((row) + 3))                                       \
+        : qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3)))
+#define QG_C32RS(v, s) (fast ? qg_rs32_round((v), (s).kr, (s).bias) : qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias))
+QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o, const int fast) {
   const int32_t *P = c->P;
   const int64_t H = c->H;
   uint32_t m, mask;
-  const int32_t wz = qg_q32_code(QG_C32RQ(awz, QG_C32_WX), c->wx, &m) - c->wx.z;
+  const int32_t wz = qg_q32_centered(QG_C32RQ(awz, QG_C32_WX), c->wx, &m);
   mask = m << QG_MB_WX_Z;
-  const int32_t rz = qg_q32_code(QG_C32RQ(arz, QG_C32_RH), c->rh, &m) - c->rh.z;
+  const int32_t rz = qg_q32_centered(QG_C32RQ(arz, QG_C32_RH), c->rh, &m);
   mask |= m << QG_MB_RH_Z;
-  const int32_t qzpre =
-      qg_q32_code(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
+  const int32_t czpre =
+      qg_q32_centered(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
   mask |= m << QG_MB_ZPRE;
-  const int32_t iz = qzpre - c->zp.qmin;
+  const int32_t iz = czpre - c->zp.lo;
   const int32_t qz = c->lut[0][iz];
   mask |= (uint32_t)c->lut[0][c->lut_n[0] + iz] << QG_MB_ZOUT;
   const int32_t cz = qz - c->zo.z;
-  o->old = qg_q32_code(QG_C32RS(cz * (hprev - c->h.z), c->s_old), c->old, &m);
+  o->cold = qg_q32_centered(QG_C32RS(cz * (hprev - c->h.z), c->s_old), c->old, &m);
   mask |= m << QG_MB_OLD;
-  o->zpre = qzpre; o->cz = cz;
+  o->zpre = czpre + c->zp.z; o->cz = cz;
   o->mask = mask;
 }
 
-QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg, int32_t arr, int32_t arg, qg_cell32_rgo *o) {
+QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg, int32_t arr, int32_t arg, qg_cell32_rgo *o,
+                        const int fast) {
   const int32_t *P = c->P;
   const int64_t H = c->H;
   uint32_t m, mask;
-  const int32_t wr = qg_q32_code(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m) - c->wx.z;
+  const int32_t wr = qg_q32_centered(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m);
   mask = m << QG_MB_WX_R;
-  const int32_t wg = qg_q32_code(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m) - c->wx.z;
+  const int32_t wg = qg_q32_centered(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m);
   mask |= m << QG_MB_WX_G;
-  const int32_t rr = qg_q32_code(QG_C32RQ(arr, QG_C32_RH + 4), c->rh, &m) - c->rh.z;
+  const int32_t rr = qg_q32_centered(QG_C32RQ(arr, QG_C32_RH + 4), c->rh, &m);
   mask |= m << QG_MB_RH_R;
-  const int32_t rg = qg_q32_code(QG_C32RQ(arg, QG_C32_RH + 8), c->rh, &m) - c->rh.z;
+  const int32_t rg = qg_q32_centered(QG_C32RQ(arg, QG_C32_RH + 8), c->rh, &m);
   mask |= m << QG_MB_RH_G;
-  const int32_t qrpre =
-      qg_q32_code(QG_C32RQ(wr * QG_C32P(QG_C32_R) + rr * QG_C32P(QG_C32_R + 1) + QG_C32P(QG_C32_R + 2), QG_C32_R + 3), c->rp, &m);
+  const int32_t crpre =
+      qg_q32_centered(QG_C32RQ(wr * QG_C32P(QG_C32_R) + rr * QG_C32P(QG_C32_R + 1) + QG_C32P(QG_C32_R + 2), QG_C32_R + 3), c->rp, &m);
   mask |= m << QG_MB_RPRE;
-  const int32_t ir = qrpre - c->rp.qmin;
+  const int32_t ir = crpre - c->rp.lo;
   const int32_t qr = c->lut[1][ir];
   mask |= (uint32_t)c->lut[1][c->lut_n[1] + ir] << QG_MB_ROUT;
   /* Rh_g + br_g, r * Rhb, g */
-  const int32_t qrhb = qg_q32_code(QG_C32RQ(rg * QG_C32P(QG_C32_RHB) + QG_C32P(QG_C32_RHB + 1), QG_C32_RHB + 2), c->rh, &m);
+  const int32_t crhb = qg_q32_centered(QG_C32RQ(rg * QG_C32P(QG_C32_RHB) + QG_C32P(QG_C32_RHB + 1), QG_C32_RHB + 2), c->rh, &m);
   mask |= m << QG_MB_RHB;
-  const int32_t qrrh = qg_q32_code(QG_C32RS((qr - c->ro.z) * (qrhb - c->rh.z), c->s_rrh), c->rrh, &m);
+  const int32_t crrh = qg_q32_centered(QG_C32RS((qr - c->ro.z) * crhb, c->s_rrh), c->rrh, &m);
   mask |= m << QG_MB_RRH;
-  const int32_t qgpre = qg_q32_code(
-      QG_C32RQ(wg * QG_C32P(QG_C32_G) + (qrrh - c->rrh.z) * QG_C32P(QG_C32_G + 1) + QG_C32P(QG_C32_G + 2), QG_C32_G + 3), c->gp, &m);
+  const int32_t cgpre = qg_q32_centered(
+      QG_C32RQ(wg * QG_C32P(QG_C32_G) + crrh * QG_C32P(QG_C32_G + 1) + QG_C32P(QG_C32_G + 2), QG_C32_G + 3), c->gp, &m);
   mask |= m << QG_MB_GPRE;
-  const int32_t ig = qgpre - c->gp.qmin;
+  const int32_t ig = cgpre - c->gp.lo;
   o->g = c->lut[2][ig];
   mask |= (uint32_t)c->lut[2][c->lut_n[2] + ig] << QG_MB_GOUT;
-  o->rpre = qrpre; o->gpre = qgpre; o->rhb = qrhb;
+  o->rpre = crpre + c->rp.z; o->gpre = cgpre + c->gp.z; o->rhb = crhb + c->rh.z;
   o->mask = mask;
 }
 
-/* The h code from z's centered code cz, old's code and g's code; *mask gets the bits of new and h. */
-QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t qold, int32_t qg, uint32_t *mask) {
+/* The h code from z's centered code cz, old's centered code cold and g's code; *mask gets the
+ * bits of new and h. */
+QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t cold, int32_t qg, uint32_t *mask, const int fast) {
   uint32_t m;
-  const int32_t qnew = qg_q32_code(QG_C32RS((c->one_z - cz) * (qg - c->go.z), c->s_new), c->nw, &m);
+  const int32_t cnew = qg_q32_centered(QG_C32RS((c->one_z - cz) * (qg - c->go.z), c->s_new), c->nw, &m);
   *mask = m << QG_MB_NEW;
-  const int32_t h = qg_q32_code(QG_C32RS((qold - c->old.z) * c->m_old + (qnew - c->nw.z) * c->m_new, c->s_h), c->h, &m);
+  const int32_t ch = qg_q32_centered(QG_C32RS(cold * c->m_old + cnew * c->m_new, c->s_h), c->h, &m);
   *mask |= m << QG_MB_H;
-  return h;
+  return ch + c->h.z;
 }
 #undef QG_C32P
 #undef QG_C32RQ
@@ -526,13 +557,13 @@ QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t qold, int32_t 
 
 /* The whole cell: the three phases on one thread. */
 QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t awr, int32_t awg, int32_t arz, int32_t arr,
-                             int32_t arg, int32_t hprev, qg_cell32_out *o) {
+                             int32_t arg, int32_t hprev, qg_cell32_out *o, const int fast) {
   qg_cell32_zo z;
   qg_cell32_rgo r;
   uint32_t mh;
-  qg_cell32_z(c, i, awz, arz, hprev, &z);
-  qg_cell32_rg(c, i, awr, awg, arr, arg, &r);
-  o->h = qg_cell32_h(c, z.cz, z.old, r.g, &mh);
+  qg_cell32_z(c, i, awz, arz, hprev, &z, fast);
+  qg_cell32_rg(c, i, awr, awg, arr, arg, &r, fast);
+  o->h = qg_cell32_h(c, z.cz, z.cold, r.g, &mh, fast);
   o->zpre = z.zpre; o->rpre = r.rpre; o->gpre = r.gpre; o->rhb = r.rhb;
   o->mask = z.mask | r.mask | mh;
 }

@@ -410,10 +410,12 @@ QG_CLONES static void quantize_codes_u8(const float *x, int64_t n, qg_qp q, int3
   }
 }
 
-/* One row of the 32-bit cell over accumulators given as float32 or int32 (isint). */
+/* One row of the 32-bit cell over accumulators given as float32 or int32 (isint); fast: the
+ * layer's every requantization has k >= 0 (cell32_prepare), so the cell's rounding shifts skip
+ * their clamps (qg_rs32). */
 QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *restrict hprev,
                               int32_t *restrict hnext, float *restrict y, float yscale, uint32_t *restrict rec, const int train,
-                              const int isint) {
+                              const int isint, const int fast) {
   const int64_t H = c->H;
   const float *restrict awf = (const float *)aw, *restrict arf = (const float *)ar;
   const int32_t *restrict awi = (const int32_t *)aw, *restrict ari = (const int32_t *)ar;
@@ -422,7 +424,7 @@ QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void
 #define QG_ACC(fp, ip, j) (isint ? (ip)[j] : (int32_t)(fp)[j])
     qg_cell32_out o;
     qg_cell32_forward(c, i, QG_ACC(awf, awi, i), QG_ACC(awf, awi, H + i), QG_ACC(awf, awi, 2 * H + i), QG_ACC(arf, ari, i),
-                      QG_ACC(arf, ari, H + i), QG_ACC(arf, ari, 2 * H + i), hprev[i], &o);
+                      QG_ACC(arf, ari, H + i), QG_ACC(arf, ari, 2 * H + i), hprev[i], &o, fast);
 #undef QG_ACC
     hnext[i] = o.h;
     y[i] = (float)(o.h - c->h.z) * yscale;
@@ -430,15 +432,22 @@ QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void
   }
 }
 
+/* The variants as separate loops (each argument after yscale a literal). */
+QG_INLINE void cell32_row_fast(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
+                               int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint, const int fast) {
+  if (isint) {
+    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 1, fast);
+    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 1, fast);
+  } else {
+    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 0, fast);
+    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 0, fast);
+  }
+}
+
 QG_CLONES QG_FLATTEN static void cell32_row(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
                                  int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint) {
-  if (isint) {
-    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 1);
-    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 1);
-  } else {
-    if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 0);
-    else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 0);
-  }
+  if (c->fast) cell32_row_fast(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 1);
+  else cell32_row_fast(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 0);
 }
 
 /* The time loop of the 32-bit forward for rows [n0, n1): first x's codes and the W x
@@ -504,7 +513,8 @@ static void forward32_rows(const fwd32_args *a, int64_t n0, int64_t n1) {
 }
 
 /* The per-unit rows of the 32-bit cell for this layer's quantizers and bias codes; 0 when a
- * bound fails (then the general cell runs). */
+ * bound fails (then the general cell runs). c->fast ends up set when every requantization of the
+ * layer has k >= 0. */
 static int cell32_prepare(const qg_int_gru *g, qg_cell32 *c, int32_t *P, int gemm_exact) {
   const int64_t H = g->H;
   if (!qg_cell32_setup(c, &g->cell, gemm_exact)) return 0;
@@ -521,6 +531,7 @@ static int cell32_prepare(const qg_int_gru *g, qg_cell32 *c, int32_t *P, int gem
       br[k] = (int64_t)g->codes[QG_W_BR][j] - g->w_zp[QG_W_BR][j];
     }
     if (!qg_cell32_unit(P, H, i, &g->cell, ew, er, bx, ebx, br, ebr)) return 0;
+    if (!qg_cell32_unit_fast(P, H, i)) c->fast = 0;   /* the cheaper rounding only where every unit allows it */
   }
   return 1;
 }

@@ -101,6 +101,7 @@
 
 #include <cooperative_groups.h>
 #include <cublasLt.h>
+#include <type_traits>   /* std::integral_constant: tc_grid_kernel's cell variants */
 #include <stdlib.h>
 #include <string.h>
 #include <mutex>
@@ -750,12 +751,15 @@ static size_t ts_smem(int single) {
 
 
 /* The rows of the 32-bit cell of every unit, once per forward for the tensor-core step's 32-bit
- * mode: P [QG_C32_ROWS + 1][H], the last row 1 where qg_cell32_unit accepts the unit; a unit
- * outside the bounds sets *flag (the general cell runs for it, qg_int_gru_cell_path says 64). */
-__global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const int32_t *eW, int32_t *P, int32_t *flag) {
+ * mode: P [QG_C32_ROWS + 1][H], the last row 1 where qg_cell32_unit accepts the unit, 2 where
+ * besides every requantization of the unit and of the layer (tensor_fast: qg_cell32's fast) has
+ * k >= 0 (the cell may run with `fast` set, qg_rs32); a unit outside the bounds sets *flag (the
+ * general cell runs for it, qg_int_gru_cell_path says 64). */
+__global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const int32_t *eW, int32_t *P, int32_t *flag, int tensor_fast) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, H = c.H;
   if (i >= H) return;
-  const int ok = cell32_unit_rows(P, H, i, &c.cell, H, i, eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
+  int ok = cell32_unit_rows(P, H, i, &c.cell, H, i, eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
+  if (ok && tensor_fast && qg_cell32_unit_fast(P, H, i)) ok = 2;
   /* a unit outside the bounds: qg_cell32_unit returned before writing all its rows; tc_step_kernel
    * still stages every row of its block's units (and runs the general cell for this one), so the
    * rest is defined here (compute-sanitizer initcheck: uninitialized workspace reads otherwise) */
@@ -958,7 +962,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
       for (int k = 0; k < 3; k++) a[k] = (sum_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
       if (use32) {
         qg_cell32_out o;
-        qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o);
+        qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o, 0);
         hnew = o.h;
         c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * ldexp(1.0, -QH.e));
         if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
@@ -1337,7 +1341,7 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
         }
         if (C32) {
           qg_cell32_out o;
-          qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o);
+          qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o, 0);
           hnew = o.h;
           c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
           if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
@@ -1986,7 +1990,7 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
     tp.c32 = c32; tp.P32 = (const int32_t *)(ws + o_P32); tp.eW = g->w_exp[QG_W_W]; tp.eX = QX.e;
     if (a32) {   /* the rows of the 32-bit cell, once for all steps */
       QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(g->c32_flag, 0, sizeof(int32_t), st));
-      cell32_units_kernel<<<qg_cuda_blocks(H, 128), 128, 0, st>>>(rc, g->w_exp[QG_W_W], (int32_t *)(ws + o_P32), g->c32_flag);
+      cell32_units_kernel<<<qg_cuda_blocks(H, 128), 128, 0, st>>>(rc, g->w_exp[QG_W_W], (int32_t *)(ws + o_P32), g->c32_flag, c32.fast);
     }
     const int single = rpl.n == 1 && hpl.n == 1;
     const ts_kernel tk = ts_kernel_of(wide, obs, single, a32);

@@ -317,6 +317,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
    * are exact floats and so is their product, the value qg_deq's double rounds to */
   const float ysc = (float)ldexp(1.0, -QH.e);
   const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
+  bool fast = true;   /* every unit of the block takes the cell without clamps (cell32_units_kernel's 2) */
+  for (int uu = 0; uu < TS_U; uu++) fast = fast && (u0 + uu >= H || Ps[QG_C32_ROWS * TS_U + uu] == 2);
 
   for (int64_t s = 0; s < T; s++) {
     const int nxt = (int)(s & 1) ^ 1;
@@ -341,19 +343,26 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       if (TG_SKIP == 3) {
       } else if (use32) {
         qg_cell32_out o[RPT];
+        /* the four rows' cells, with the requantizations' clamps (F = 0) or without (F = 1: every
+         * requantization of the block's units has k >= 0, the same codes; qg_rs32) */
+        auto cells = [&](auto F) {
 #pragma unroll
-        for (int q = 0; q < RPT; q++) {
-          const int r = rb + q * (TG_PT / TS_U);
-          uint32_t sh = 0;
+          for (int q = 0; q < RPT; q++) {
+            const int r = rb + q * (TG_PT / TS_U);
+            uint32_t sh = 0;
 #pragma unroll
-          for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][r];
-          uint32_t a[3];
+            for (int k = 0; k < TG_WARPS_K; k++) sh += (uint32_t)rsum[x][k][r];
+            uint32_t a[3];
 #pragma unroll
-          for (int k = 0; k < 3; k++)
-            a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
-                   rconst(k) + roff(k) * sh;
-          qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q]);
-        }
+            for (int k = 0; k < 3; k++)
+              a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
+                     rconst(k) + roff(k) * sh;
+            qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q],
+                              decltype(F)::value);
+          }
+        };
+        if (fast) cells(std::integral_constant<int, 1>());
+        else cells(std::integral_constant<int, 0>());
 #pragma unroll
         for (int q = 0; q < RPT; q++) {
           const int r = row_of(x, q);

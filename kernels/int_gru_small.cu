@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
 #pragma unroll
         for (int k = 0; k < 3; k++) a[k] = (int32_t)((uint32_t)d[k] + rconst[k] + roff[k] * sh);
         qg_cell32_out o;
-        qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], hnew, &o);
+        qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], hnew, &o, 0);
         hnew = o.h;
         yb[t * y_row] = (float)((double)(o.h - QH.z) * yscale);
         if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
@@ -465,8 +465,8 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
         hprev = xh;
       }
       qg_cell32_zo zo;
-      qg_cell32_z(&c32, 0, w0, (int32_t)((uint32_t)acc + rconst[0] + roff[0] * (uint32_t)sh), hprev, &zo);
-      xz[mu] = zo.cz; xz[HW + mu] = zo.old;
+      qg_cell32_z(&c32, 0, w0, (int32_t)((uint32_t)acc + rconst[0] + roff[0] * (uint32_t)sh), hprev, &zo, 0);
+      xz[mu] = zo.cz; xz[HW + mu] = zo.cold;
       if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
       zpre_p = zo.zpre; mz_p = zo.mask;
     } else {   /* RG: rows r and g, r_pre, r, Rh_g + br_g, r Rhb, g_pre, g */
@@ -474,14 +474,14 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
       if (need_sh) isk_dots<KW, 2, 2, true>(Rw, hw, acc, &sh);
       else isk_dots<KW, 2, 2, false>(Rw, hw, acc, &sh);
       qg_cell32_rg(&c32, 0, w0, w1, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
-                   (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro);
+                   (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro, 0);
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
     }
     bar_sync_named(1, nthr);   /* publishes Z's z and old of this step to RG */
     if (rg) {   /* RG: new h, its byte into the next plane, h and its codes and mask bits into xr */
       uint32_t mh;
-      const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh);
+      const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh, 0);
       if (active) hb[((s + 1) & 1) * Hp + mu] = (int8_t)(h - baseH);
       int32_t *x = xr + (s & 1) * 5 * HW + mu;
       x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);

@@ -52,11 +52,22 @@ static int64_t acc_draw(void) {
 enum { H = 7 };
 
 /* One random layer; returns 1 when the 32-bit cell accepted it (and was compared). */
-static int one_layer(int wide_exps, int *n_compared) {
+/* mode 0, 1: exponents over a narrow or a wide range (left and right shifts everywhere); mode 2:
+ * exponents drawn so that most requantizations shift right or not at all (k >= 0), the settings
+ * where the clamp-free variant (qg_cell32_unit_fast) runs. */
+static int one_layer(int mode, int *n_compared, int *n_fast) {
   qg_cell_q q;
-  const int er = wide_exps ? 24 : 10;
+  const int wide_exps = mode == 1, er = wide_exps ? 24 : 10;
   for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, -er / 2, er, 1);
   q.a[QG_Q_Z_OUT] = rand_q(2, 12, 0, er, 1);   /* z_out: e >= 0 */
+  if (mode == 2) {
+    static const int low[] = {QG_Q_Z_PRE, QG_Q_R_PRE, QG_Q_G_PRE, QG_Q_RRH, QG_Q_OLD, QG_Q_NEW};
+    for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, 2, 6, 1);
+    for (int k = 0; k < 6; k++) q.a[low[k]] = rand_q(2, uni(0, 3) ? 8 : 16, 0, 2, 1);
+    const int eh = (int)uni(0, q.a[QG_Q_OLD].e < q.a[QG_Q_NEW].e ? q.a[QG_Q_OLD].e : q.a[QG_Q_NEW].e);
+    q.a[QG_Q_OUTPUT_H] = rand_q(2, 8, eh, eh, 1);
+    q.a[QG_Q_Z_OUT] = rand_q(2, 12, 2, 8, 1);
+  }
   q.narrow = 1;
   int32_t *lut[3];
   for (int k = 0; k < 3; k++) {
@@ -73,7 +84,8 @@ static int one_layer(int wide_exps, int *n_compared) {
   int64_t bx[H][3], br[H][3];
   for (int i = 0; i < H; i++)
     for (int g = 0; g < 3; g++) {
-      ew[i][g] = (int)uni(-4, er); erw[i][g] = (int)uni(-4, er);
+      ew[i][g] = mode == 2 ? (int)uni(4, 12) : (int)uni(-4, er);
+      erw[i][g] = mode == 2 ? (int)uni(6, 12) : (int)uni(-4, er);
       ebx[i][g] = (int)uni(-4, er + 6); ebr[i][g] = (int)uni(-4, er + 6);
       const int bb = (int)uni(2, 16);
       bx[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1); br[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1);
@@ -107,9 +119,17 @@ static int one_layer(int wide_exps, int *n_compared) {
       qg_cell_forward(&q, &in, &ref, 1, 0, &re);
       qg_cell32_out o;
       qg_cell32_forward(&c, i, (int32_t)awx[0], (int32_t)awx[1], (int32_t)awx[2], (int32_t)arh[0], (int32_t)arh[1], (int32_t)arh[2],
-                        (int32_t)hprev, &o);
+                        (int32_t)hprev, &o, 0);
       CHECK(o.h == ref.h && o.zpre == ref.zpre && o.rpre == ref.rpre && o.gpre == ref.gpre && o.rhb == ref.rhb &&
             o.mask == ref.mask);
+      if (c.fast && qg_cell32_unit_fast(P, H, i)) {   /* the clamp-free rounding, where its condition holds */
+        qg_cell32_out of;
+        qg_cell32_forward(&c, i, (int32_t)awx[0], (int32_t)awx[1], (int32_t)awx[2], (int32_t)arh[0], (int32_t)arh[1],
+                          (int32_t)arh[2], (int32_t)hprev, &of, 1);
+        CHECK(of.h == ref.h && of.zpre == ref.zpre && of.rpre == ref.rpre && of.gpre == ref.gpre && of.rhb == ref.rhb &&
+              of.mask == ref.mask);
+        (*n_fast)++;
+      }
       /* the saved state as 32-bit words is qg_cell_pack's narrow layout, byte for byte */
       uint8_t packed[20];   /* qg_cell_pack writes 20 bytes when not narrow */
       uint32_t words[3];
@@ -147,10 +167,12 @@ static void test_bounds(void) {
 
 int main(void) {
   test_bounds();
-  int accepted = 0, layers = 0, compared = 0;
-  for (int l = 0; l < 3000; l++, layers++) accepted += one_layer(l % 2, &compared);
-  printf("test_cell: %d layers, %d within the 32-bit bounds, %d cells compared\n", layers, accepted, compared);
+  int accepted = 0, layers = 0, compared = 0, fast = 0;
+  for (int l = 0; l < 3000; l++, layers++) accepted += one_layer(l % 3, &compared, &fast);
+  printf("test_cell: %d layers, %d within the 32-bit bounds, %d cells compared, %d of them also without clamps\n", layers, accepted,
+         compared, fast);
   CHECK(accepted > layers / 10);   /* the comparison reached many settings */
+  CHECK(fast > compared / 10);     /* and the clamp-free variant many of them */
   printf("test_cell: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
