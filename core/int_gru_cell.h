@@ -243,51 +243,53 @@ QG_HD void qg_cell_forward(const qg_cell_q *q, const qg_cell_in *in, qg_cell_out
  * bit for bit (tests/c/test_cell.c compares them on random quantizers and inputs). */
 
 /* Rounding constants of v * 2^-k, rounded half to even, for |v| <= 2^29 (qg_rs32_make). v is
- * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^29), then shifted right by
- * kr >= 0 with ties to even: (v + bias + ((v >> kr) & om)) >> kr, bias = 2^(kr-1) - 1 and
- * om = min(kr, 1) (kr = 0: bias = om = 0, the value itself).
+ * clamped to +-lim and multiplied by mul = 2^l (exact: |v mul| <= 2^30), then shifted right by
+ * kr >= 1 with ties to even: (v + bias + ((v >> kr) & 1)) >> kr, bias = 2^(kr-1) - 1.
  * k > 0: l = 0, lim = 2^29, kr = min(k, 30) (for k > 30 every |v| <= 2^29 rounds to 0 either way).
- * k = 0: l = 0, lim = 2^29, kr = 0: v itself.
- * k < 0: l = min(-k, 29), lim = 2^(29-l), kr = 0: v 2^l; a value beyond 2^(29-l) saturates to
- * +-2^29, which every grid of this cell (16 bits) clamps alike.
+ * k <= 0: l = min(1 - k, 29), lim = 2^(29-l), kr = 1 (the extra bit is shifted out again,
+ * exactly); a value beyond 2^(29-l) saturates to +-2^28, which every grid of this cell (16 bits)
+ * clamps alike.
  * Why |v| <= 2^29 is exact (this is the bound on the W x and R h accumulators):
  *   k > 0: no such v is clamped; v + bias + 1 <= 2^29 + 2^29 < 2^31 does not overflow, and
  *     floor((v + 2^(kr-1) - 1 + odd) / 2^kr), odd = bit kr of v, is v 2^-kr rounded half to even
  *     (remainder above half: carries; exactly half: carries iff the quotient is odd; below: does
  *     not). For kr = 30 < k, |v 2^-k| <= 1/4 and the formula gives 0 as well (v = +-2^29
  *     included: (2^29 + 2^29 - 1) >> 30 = 0, (-2^29 + 2^29 - 1 + 1) >> 30 = 0).
- *   k < 0: unclamped (|v| <= 2^(29-l)), v 2^l is exact and equals v 2^-k when l = -k; clamped,
- *     the result is +-2^29 and the true value |v| 2^-k > 2^29 (or v = +-1 when l is capped at 29,
- *     |v| 2^-k >= 2^30): either lies beyond any grid of at most 16 bits plus its zero point, so
- *     the code and the mask bit agree.
- * So where k >= 0 (mul = 1) the clamp and the multiply change nothing: qg_rs32_round alone is
- * exact. A layer whose every requantization has k >= 0 (qg_cell32_unit_fast and qg_cell32's
- * `fast`, the common case: accumulators requantized to coarser grids) runs the cell with `fast`
- * set, three dependent instructions fewer per requantization. */
+ *   k <= 0: unclamped (|v| <= 2^(29-l)), v 2^l is even and exact, so the result is v 2^(l-1) =
+ *     v 2^-k when l = 1 - k; clamped, the result is +-2^28 and the true value |v| 2^-k > 2^28
+ *     (or >= 2^29 when l is capped at 29): either lies beyond any grid of at most 16 bits plus its
+ *     zero point, so the code and the mask bit agree.
+ *   k = 0 without the clamp (l = 1): |v 2| <= 2^30 does not overflow and (2 v + (v & 1)) >> 1 = v,
+ *     beyond 2^28 clamped by the grid as the saturated value is.
+ * So where k >= 0 (mul <= 2) the clamp changes nothing: qg_rs32_round alone (the multiply and
+ * the rounding shift) is exact. A layer whose every requantization has k >= 0 (qg_cell32_unit_fast
+ * and qg_cell32's `fast`, the common case: accumulators requantized to coarser grids or kept)
+ * runs the cell with `fast` set, two dependent instructions fewer per requantization. */
 typedef struct {
   int32_t lim, mul, kr, bias;
 } qg_rs32;
 
 QG_HD qg_rs32 qg_rs32_make(int k) {
   qg_rs32 p;
-  const int l = k >= 0 ? 0 : (-k < 29 ? -k : 29);
-  p.kr = k <= 0 ? 0 : (k < 30 ? k : 30);
+  int l;
+  if (k > 0) { l = 0; p.kr = k < 30 ? k : 30; }
+  else { l = 1 - k < 29 ? 1 - k : 29; p.kr = 1; }
   p.lim = (int32_t)1 << (29 - l);
   p.mul = (int32_t)1 << l;
-  p.bias = p.kr ? ((int32_t)1 << (p.kr - 1)) - 1 : 0;
+  p.bias = ((int32_t)1 << (p.kr - 1)) - 1;
   return p;
 }
 
-/* The rounding shift alone: exact for |v| <= 2^29 when the constants come from a k >= 0. */
-QG_HD int32_t qg_rs32_round(int32_t v, int32_t kr, int32_t bias) {
-  const int32_t om = kr < 1 ? kr : 1;   /* kr = 0: no rounding bit */
-  return (v + bias + ((v >> kr) & om)) >> kr;   /* >> of a negative value: arithmetic (GCC, nvcc) */
+/* The multiply and the rounding shift: exact for |v| <= 2^29 when the constants come from a k >= 0. */
+QG_HD int32_t qg_rs32_round(int32_t v, int32_t mul, int32_t kr, int32_t bias) {
+  v *= mul;
+  return (v + bias + ((v >> kr) & 1)) >> kr;   /* >> of a negative value: arithmetic (GCC, nvcc) */
 }
 
 QG_HD int32_t qg_rs32_apply(int32_t v, int32_t lim, int32_t mul, int32_t kr, int32_t bias) {
   v = v < -lim ? -lim : v;
   v = v > lim ? lim : v;
-  return qg_rs32_round(v * mul, kr, bias);
+  return qg_rs32_round(v, mul, kr, bias);
 }
 
 /* A per-tensor quantizer of the 32-bit cell: zero point, grid, and the grid around the zero
@@ -383,7 +385,7 @@ QG_HD int qg_cell32_setup(qg_cell32 *c, const qg_cell_q *q, int gemm_exact) {
   c->m_old = (int32_t)1 << (eh - QOLD.e);
   c->m_new = (int32_t)1 << (eh - QNEW.e);
   c->one_z = (int32_t)1 << QZ.e;
-  c->fast = c->s_rrh.mul == 1 && c->s_old.mul == 1 && c->s_new.mul == 1 && c->s_h.mul == 1;
+  c->fast = c->s_rrh.mul <= 2 && c->s_old.mul <= 2 && c->s_new.mul <= 2 && c->s_h.mul <= 2;
   return 1;
 }
 
@@ -450,13 +452,13 @@ QG_HD int qg_cell32_unit(int32_t *P, int64_t H, int64_t i, const qg_cell_q *q, c
   return 1;
 }
 
-/* Whether every requantization of unit i's rows has k >= 0 (qg_rs32: mul = 1), so that the cell
+/* Whether every requantization of unit i's rows has k >= 0 (qg_rs32: mul <= 2), so that the cell
  * may run with `fast` set for it (together with qg_cell32's per-tensor `fast`). */
 QG_HD int qg_cell32_unit_fast(const int32_t *P, int64_t H, int64_t i) {
   const int rq[10] = {QG_C32_WX, QG_C32_WX + 4, QG_C32_WX + 8, QG_C32_RH, QG_C32_RH + 4, QG_C32_RH + 8,
                       QG_C32_Z + 3, QG_C32_R + 3, QG_C32_RHB + 2, QG_C32_G + 3};
   for (int k = 0; k < 10; k++)
-    if (P[(int64_t)(rq[k] + 1) * H + i] != 1) return 0;
+    if (P[(int64_t)(rq[k] + 1) * H + i] > 2) return 0;
   return 1;
 }
 
@@ -469,8 +471,8 @@ QG_HD int qg_cell32_unit_fast(const int32_t *P, int64_t H, int64_t i) {
  * aw*, ar* the W x and R h accumulators of the unit's rows z, r, g (exact integers of magnitude at
  * most 2^29 = QG_C32_BOUND, see qg_rs32), hprev the previous output.h code. Inside, every value is
  * a centered code (code - zero point: qg_q32_centered); codes are formed only where they leave.
- * fast (a literal at every call site): the requantizations as qg_rs32_round alone, allowed where
- * c->fast and qg_cell32_unit_fast(unit) hold; the same results as fast = 0 there. */
+ * fast (a literal at every call site): the requantizations without their clamps (qg_rs32_round),
+ * allowed where c->fast and qg_cell32_unit_fast(unit) hold; the same results as fast = 0 there. */
 typedef struct {
   int32_t zpre, cz, cold;   /* z_pre's code, z's centered code, old's centered code */
   uint32_t mask;
@@ -483,9 +485,9 @@ typedef struct {
 
 #define QG_C32P(row) P[(int64_t)(row) * H + i]
 #define QG_C32RQ(v, row)                                                                                   \
-  (fast ? qg_rs32_round((v), QG_C32P((row) + 2), QG_C32P((row) + 3))                                       \
+  (fast ? qg_rs32_round((v), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3))                   \
         : qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3)))
-#define QG_C32RS(v, s) (fast ? qg_rs32_round((v), (s).kr, (s).bias) : qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias))
+#define QG_C32RS(v, s) (fast ? qg_rs32_round((v), (s).mul, (s).kr, (s).bias) : qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias))
 QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o, const int fast) {
   const int32_t *P = c->P;
   const int64_t H = c->H;

@@ -940,6 +940,8 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
   c32.P = Ps;
   c32.H = TS_U;
   const bool use32 = A32 ? Ps[QG_C32_ROWS * TS_U + u] != 0 : false;
+  bool fast = A32;   /* every unit of the block takes the cell without clamps (cell32_units_kernel's 2) */
+  for (int uu = 0; A32 && uu < TS_U; uu++) fast = fast && (u0 + uu >= H || Ps[QG_C32_ROWS * TS_U + uu] == 2);
   const int32_t *hprev_codes = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
   /* rows rb, rb + 16, ...; A32: a constant trip count, unrolled (the prefetched inputs stay in registers) */
@@ -962,7 +964,10 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
       for (int k = 0; k < 3; k++) a[k] = (sum_t)tile[r * TS_ALD + k * TS_U + u] + rconst[k] + roff[k] * sh;
       if (use32) {
         qg_cell32_out o;
-        qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o, 0);
+        if (fast)
+          qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o, 1);
+        else
+          qg_cell32_forward(&c32, u, pwx[rq][0], pwx[rq][1], pwx[rq][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hp, &o, 0);
         hnew = o.h;
         c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * ldexp(1.0, -QH.e));
         if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
@@ -1222,13 +1227,16 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
    * CTAs of at most 256 threads), or, with PSM, read from shared memory by the cells (CTAs of
    * up to 512 threads, at most 128 registers each) */
   int32_t *Ps = (int32_t *)(smem + p.off_P);   /* [QG_C32_ROWS][U] */
-  int use32 = 1;
+  int use32 = 1, fast_unit = 1;
   if (A32 && active && nl == 0) {
     use32 = cell32_unit_rows(Ps, U, u, &q, H, i, p.eW, c.eR, c.bxc, c.bxz, c.bxe, c.brc, c.brz, c.bre);
     if (!use32) *p.c32_flag = 1;
+    fast_unit = use32 && qg_cell32_unit_fast(Ps, U, u);
   }
   /* one loop per CTA: the 32-bit one where every unit of the CTA is within the bounds */
   use32 = __syncthreads_and(use32);
+  /* the cell without the requantizations' clamps where every unit allows it (qg_rs32) */
+  const bool fast = A32 && __syncthreads_and(p.c32.fast && fast_unit);
   constexpr int NP = PSM ? 1 : QG_C32_ROWS;   /* the rows' copy in registers (none with PSM) */
   int32_t P[NP];
 #pragma unroll
@@ -1341,7 +1349,10 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
         }
         if (C32) {
           qg_cell32_out o;
-          qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o, 0);
+          if (fast)
+            qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o, 1);
+          else
+            qg_cell32_forward(&c32, iP, wxc[0], wxc[1], wxc[2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], (int32_t)hprev, &o, 0);
           hnew = o.h;
           c.y[(t * N + n) * c.Hy + c.y_offset + i] = (float)((double)(o.h - QH.z) * yscale);
           if (c.cell_out) {   /* narrow (A32 implies it): three aligned words */
