@@ -433,8 +433,8 @@ QG_INLINE void cell32_row_any(const qg_cell32 *c, const qg_cell_q *q, const void
 }
 
 /* The variants as separate loops (each argument after yscale a literal). */
-QG_INLINE void cell32_row_fast(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
-                               int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint, const int fast) {
+QG_INLINE void cell32_row_variant(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
+                                  int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint, const int fast) {
   if (isint) {
     if (rec) cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, rec, 1, 1, fast);
     else cell32_row_any(c, q, aw, ar, hprev, hnext, y, yscale, NULL, 0, 1, fast);
@@ -446,8 +446,8 @@ QG_INLINE void cell32_row_fast(const qg_cell32 *c, const qg_cell_q *q, const voi
 
 QG_CLONES QG_FLATTEN static void cell32_row(const qg_cell32 *c, const qg_cell_q *q, const void *aw, const void *ar, const int32_t *hprev,
                                  int32_t *hnext, float *y, float yscale, uint32_t *rec, int isint) {
-  if (c->fast) cell32_row_fast(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 1);
-  else cell32_row_fast(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 0);
+  if (c->fast) cell32_row_variant(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 1);
+  else cell32_row_variant(c, q, aw, ar, hprev, hnext, y, yscale, rec, isint, 0);
 }
 
 /* The time loop of the 32-bit forward for rows [n0, n1): first x's codes and the W x
