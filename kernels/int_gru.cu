@@ -769,6 +769,14 @@ __global__ void cell32_units_kernel(const __grid_constant__ rec_common c, const 
   if (!ok) *flag = 1;
 }
 
+/* Whether every unit of a block (units u0 .. u0 + TS_U - 1 of H, their flag row of P staged in
+ * Ps [QG_C32_ROWS + 1][TS_U]) takes the cell without clamps (cell32_units_kernel's 2). */
+__device__ __forceinline__ bool c32_block_fast(const int32_t *Ps, int64_t u0, int64_t H) {
+  bool fast = true;
+  for (int uu = 0; uu < TS_U; uu++) fast = fast && (u0 + uu >= H || Ps[QG_C32_ROWS * TS_U + uu] == 2);
+  return fast;
+}
+
 /* SINGLE: one plane of R and of h (operands of <= 8 bits): int32 sums, no plane loops.
  * A32: W x arrives as int32 accumulators (wx_gemm_kernel with acc_out) and R h is taken mod 2^32
  * (exact: the host bounds every accumulator below 2^29, as in the persistent kernel's 32-bit
@@ -940,8 +948,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
   c32.P = Ps;
   c32.H = TS_U;
   const bool use32 = A32 ? Ps[QG_C32_ROWS * TS_U + u] != 0 : false;
-  bool fast = A32;   /* every unit of the block takes the cell without clamps (cell32_units_kernel's 2) */
-  for (int uu = 0; A32 && uu < TS_U; uu++) fast = fast && (u0 + uu >= H || Ps[QG_C32_ROWS * TS_U + uu] == 2);
+  const bool fast = A32 && c32_block_fast(Ps, u0, H);
   const int32_t *hprev_codes = h_at(c, s);
   int32_t *hnext = h_at(c, s + 1);
   /* rows rb, rb + 16, ...; A32: a constant trip count, unrolled (the prefetched inputs stay in registers) */

@@ -317,8 +317,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
    * are exact floats and so is their product, the value qg_deq's double rounds to */
   const float ysc = (float)ldexp(1.0, -QH.e);
   const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
-  bool fast = true;   /* every unit of the block takes the cell without clamps (cell32_units_kernel's 2) */
-  for (int uu = 0; uu < TS_U; uu++) fast = fast && (u0 + uu >= H || Ps[QG_C32_ROWS * TS_U + uu] == 2);
+  const bool fast = c32_block_fast(Ps, u0, H);
 
   for (int64_t s = 0; s < T; s++) {
     const int nxt = (int)(s & 1) ^ 1;
