@@ -21,6 +21,9 @@
  *   4. one __syncthreads.
  * A variant for one row per CTA and one lane per unit (int_gru_small_ws_kernel, below: chosen by
  * auto where it applies, forced by storage 5) runs the cell over two roles of warps.
+ * Where every unit of the CTA and the layer allow it (qg_cell32_unit_fast, qg_cell32.fast: every
+ * requantization shifts right), the loop runs the cell without the requantizations' clamps: a
+ * second instance of the loop, chosen once per CTA (the same codes; ptxas: no spills with both).
  * A unit outside the 32-bit bounds (its bias terms) makes its CTA run the general loop (the same
  * products, then qg_cell_forward on the same accumulators, as the persistent kernel) and raises
  * the layer's c32_flag; padded steps, lengths, reverse and h0 as in int_gru.cu's header.
@@ -36,6 +39,7 @@
 #include "ptx.cuh"   /* cp.async, bar.sync */
 
 #include <string.h>
+#include <type_traits>   /* std::integral_constant: the cell variants of the loops */
 
 /* output.h codes of step s (before the step: the state after s steps), as int_gru.cu's h_at. */
 __device__ __forceinline__ int32_t *isk_h_at(const isk_params &p, int64_t s) {
@@ -172,16 +176,19 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
     Ln = length_at(p.L, n, T);
   }
   /* the rows of the 32-bit cell of every unit (lane 0 of each unit), then this thread's in registers */
-  int use32 = 1;
+  int use32 = 1, fast_unit = 1;
   if (ms == 0 && mu < H) {
     use32 = cell32_unit_rows(Ps, H, i, &q, H, i, p.eW, p.eR, p.bxc, p.bxz, p.bxe, p.brc, p.brz, p.bre);
     if (!use32) *p.c32_flag = 1;
+    fast_unit = use32 && qg_cell32_unit_fast(Ps, H, i);
   }
   use32 = __syncthreads_and(use32);   /* also publishes h0's plane and Ps */
   if (!use32) {
     isk_general_loop(p, NB, hb, q.lut[0], q.lut[1], q.lut[2]);
     return;
   }
+  /* the cell without the requantizations' clamps where every unit allows it (qg_rs32) */
+  const bool fast = __syncthreads_and(p.c32.fast && fast_unit);
   int32_t P[QG_C32_ROWS];
 #pragma unroll
   for (int r = 0; r < QG_C32_ROWS; r++) P[r] = active ? Ps[r * H + i] : 0;
@@ -209,76 +216,82 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_kernel(const
   };
   for (int s = 0; s < ISK_RING - 1; s++) issue(s);
 
-  for (int s = 0; s < Ti; s++) {
-    const int8_t *hc = hb + (s & 1) * NB * Hp;
-    /* 1. this lane's dot products (and row sums) over its words */
-    int32_t acc[NB][4];
-#pragma unroll
-    for (int r = 0; r < NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
-#pragma unroll
-    for (int r = 0; r < NB; r++) {
-      int hw[KW];
-      isk_load_h<KW>(hc + r * Hp + ms * KW * 4, hw);
-#pragma unroll
-      for (int w = 0; w < KW; w++) {
-#pragma unroll
-        for (int g = 0; g < 3; g++) acc[r][g] = __dp4a((int)Rr[g][w], hw[w], acc[r][g]);
-        if (p.need_sh) acc[r][3] = __dp4a(hw[w], 0x01010101, acc[r][3]);
-      }
-    }
-    /* 2. the full sums in every lane of the unit */
-    for (int o = S >> 1; o > 0; o >>= 1) {
-#pragma unroll
+  /* the steps, with the cell's clamps (F = 0) or without them (F = 1): one loop per variant */
+  auto steps = [&](auto F) {
+    constexpr int FAST = decltype(F)::value;
+    for (int s = 0; s < Ti; s++) {
+      const int8_t *hc = hb + (s & 1) * NB * Hp;
+      /* 1. this lane's dot products (and row sums) over its words */
+      int32_t acc[NB][4];
+  #pragma unroll
+      for (int r = 0; r < NB; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
+  #pragma unroll
       for (int r = 0; r < NB; r++) {
-#pragma unroll
-        for (int g = 0; g < 3; g++) acc[r][g] += __shfl_xor_sync(0xffffffffu, acc[r][g], o);
-        if (p.need_sh) acc[r][3] += __shfl_xor_sync(0xffffffffu, acc[r][3], o);
-      }
-    }
-    /* 3. row b's cell */
-    if (active) {
-      int32_t d[4] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
-#pragma unroll
-      for (int r = 1; r < NB; r++)
-        if (b == r) { d[0] = acc[r][0]; d[1] = acc[r][1]; d[2] = acc[r][2]; d[3] = acc[r][3]; }
-      cp_async_wait<ISK_RING - 2>();
-      int32_t hnew = (int32_t)hprev;
-      const int cell = s * h_row + hoff;   /* (s N + n) H + i */
-      if (s >= Li) {   /* padded step (t = s): the state stays, y = 0 */
-        if (p.cell_out) {   /* narrow: three aligned words */
-          uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
-          z[0] = 0; z[1] = 0; z[2] = 0;
-        }
-        yb[s * y_row] = 0.0f;
-      } else {
-        const int t = p.reverse ? Li - 1 - s : s;
-        const int32_t *w = ring + ((s & (ISK_RING - 1)) * NBH + slot) * 3;
-        const int32_t wx0 = w[0], wx1 = w[1], wx2 = w[2];
-        const uint32_t sh = p.need_sh ? (uint32_t)d[3] : 0u;
-        int32_t a[3];
-#pragma unroll
-        for (int k = 0; k < 3; k++) a[k] = (int32_t)((uint32_t)d[k] + rconst[k] + roff[k] * sh);
-        qg_cell32_out o;
-        qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], hnew, &o, 0);
-        hnew = o.h;
-        yb[t * y_row] = (float)((double)(o.h - QH.z) * yscale);
-        if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
-          uint32_t cw[3];
-          qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, cw);
-          uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
-          dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
+        int hw[KW];
+        isk_load_h<KW>(hc + r * Hp + ms * KW * 4, hw);
+  #pragma unroll
+        for (int w = 0; w < KW; w++) {
+  #pragma unroll
+          for (int g = 0; g < 3; g++) acc[r][g] = __dp4a((int)Rr[g][w], hw[w], acc[r][g]);
+          if (p.need_sh) acc[r][3] = __dp4a(hw[w], 0x01010101, acc[r][3]);
         }
       }
-      hb[((s + 1) & 1) * NB * Hp + b * Hp + mu] = (int8_t)(hnew - (int32_t)p.baseH);
-      issue(s + ISK_RING - 1);
-      if (p.hq) p.hq[cell + h_row] = hnew;
-      else if (s == Ti - 1) isk_h_at(p, T)[hoff] = hnew;
-      if (s == Ti - 1 && p.hn) p.hn[hoff] = (float)qg_deq(hnew, QH);
-      hprev = hnew;
+      /* 2. the full sums in every lane of the unit */
+      for (int o = S >> 1; o > 0; o >>= 1) {
+  #pragma unroll
+        for (int r = 0; r < NB; r++) {
+  #pragma unroll
+          for (int g = 0; g < 3; g++) acc[r][g] += __shfl_xor_sync(0xffffffffu, acc[r][g], o);
+          if (p.need_sh) acc[r][3] += __shfl_xor_sync(0xffffffffu, acc[r][3], o);
+        }
+      }
+      /* 3. row b's cell */
+      if (active) {
+        int32_t d[4] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
+  #pragma unroll
+        for (int r = 1; r < NB; r++)
+          if (b == r) { d[0] = acc[r][0]; d[1] = acc[r][1]; d[2] = acc[r][2]; d[3] = acc[r][3]; }
+        cp_async_wait<ISK_RING - 2>();
+        int32_t hnew = (int32_t)hprev;
+        const int cell = s * h_row + hoff;   /* (s N + n) H + i */
+        if (s >= Li) {   /* padded step (t = s): the state stays, y = 0 */
+          if (p.cell_out) {   /* narrow: three aligned words */
+            uint32_t *z = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+            z[0] = 0; z[1] = 0; z[2] = 0;
+          }
+          yb[s * y_row] = 0.0f;
+        } else {
+          const int t = p.reverse ? Li - 1 - s : s;
+          const int32_t *w = ring + ((s & (ISK_RING - 1)) * NBH + slot) * 3;
+          const int32_t wx0 = w[0], wx1 = w[1], wx2 = w[2];
+          const uint32_t sh = p.need_sh ? (uint32_t)d[3] : 0u;
+          int32_t a[3];
+  #pragma unroll
+          for (int k = 0; k < 3; k++) a[k] = (int32_t)((uint32_t)d[k] + rconst[k] + roff[k] * sh);
+          qg_cell32_out o;
+          qg_cell32_forward(&c32, 0, wx0, wx1, wx2, a[0], a[1], a[2], hnew, &o, FAST);
+          hnew = o.h;
+          yb[t * y_row] = (float)((double)(o.h - QH.z) * yscale);
+          if (p.cell_out) {   /* narrow (the 32-bit mode implies it): three aligned words */
+            uint32_t cw[3];
+            qg_cell_narrow_words(&q, o.zpre, o.rpre, o.gpre, o.rhb, o.mask, cw);
+            uint32_t *dst = (uint32_t *)(p.cell_out + (int64_t)cell * 12);
+            dst[0] = cw[0]; dst[1] = cw[1]; dst[2] = cw[2];
+          }
+        }
+        hb[((s + 1) & 1) * NB * Hp + b * Hp + mu] = (int8_t)(hnew - (int32_t)p.baseH);
+        issue(s + ISK_RING - 1);
+        if (p.hq) p.hq[cell + h_row] = hnew;
+        else if (s == Ti - 1) isk_h_at(p, T)[hoff] = hnew;
+        if (s == Ti - 1 && p.hn) p.hn[hoff] = (float)qg_deq(hnew, QH);
+        hprev = hnew;
+      }
+      /* 4. the new plane visible to every lane; the old buffer free */
+      __syncthreads();
     }
-    /* 4. the new plane visible to every lane; the old buffer free */
-    __syncthreads();
-  }
+  };
+  if (fast) steps(std::integral_constant<int, 1>());
+  else steps(std::integral_constant<int, 0>());
 }
 
 /* ---- the cell over two roles of warps (storage 5; auto where it fits) ----------------------
@@ -362,16 +375,19 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
   const int64_t i = mu;
   const bool active = mu < H && n < N;
   const qg_qp QH = q.a[QG_Q_OUTPUT_H];
-  int use32 = 1;
+  int use32 = 1, fast_unit = 1;
   if (!rg && mu < H) {
     use32 = cell32_unit_rows(Ps, H, i, &q, H, i, p.eW, p.eR, p.bxc, p.bxz, p.bxe, p.brc, p.brz, p.bre);
     if (!use32) *p.c32_flag = 1;
+    fast_unit = use32 && qg_cell32_unit_fast(Ps, H, i);
   }
   use32 = __syncthreads_and(use32);   /* also publishes h0's plane and Ps */
   if (!use32) {
     isk_general_loop(p, 1, hb, q.lut[0], q.lut[1], q.lut[2]);
     return;
   }
+  /* the cell without the requantizations' clamps where every unit allows it (qg_rs32) */
+  const bool fast = __syncthreads_and(p.c32.fast && fast_unit);
   int32_t P[QG_C32_ROWS];   /* the rows a role does not use are dead loads */
 #pragma unroll
   for (int r = 0; r < QG_C32_ROWS; r++) P[r] = active ? Ps[r * H + i] : 0;
@@ -441,53 +457,59 @@ __global__ void __launch_bounds__(ISK_MAX_THREADS, 1) int_gru_small_ws_kernel(co
     wq[k][0] = wx_at(k, rg);
     wq[k][1] = rg ? wx_at(k, 2) : 0;
   }
-  for (int s = 0; s < Li; s++) {
-    int hw[KW];
-    isk_load_h<KW>(hb + (s & 1) * Hp, hw);
-    const int32_t w0 = wq[0][0], w1 = wq[0][1];
-#pragma unroll
-    for (int k = 0; k < ISK_RING - 2; k++) {
-      wq[k][0] = wq[k + 1][0];
-      wq[k][1] = wq[k + 1][1];
-    }
-    wq[ISK_RING - 2][0] = wx_at(s + ISK_RING - 1, rg);
-    wq[ISK_RING - 2][1] = rg ? wx_at(s + ISK_RING - 1, 2) : 0;
-    qg_cell32_rgo ro;
-    if (!rg) {   /* Z: row z, z_pre, z, old; step s - 1's stores from what RG left in xr */
-      int32_t acc, sh;
-      if (need_sh) isk_dots<KW, 1, 4, true>(Rw, hw, &acc, &sh);
-      else isk_dots<KW, 1, 4, false>(Rw, hw, &acc, &sh);
-      int32_t xh = 0, xrp = 0, xgp = 0, xrb = 0;
-      uint32_t xm = 0;
-      if (s > 0) {   /* what RG left of step s - 1 */
-        const int32_t *x = xr + ((s - 1) & 1) * 5 * HW + mu;
-        xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
-        hprev = xh;
+  /* the steps, with the cell's clamps (F = 0) or without them (F = 1): one loop per variant */
+  auto steps = [&](auto F) {
+    constexpr int FAST = decltype(F)::value;
+    for (int s = 0; s < Li; s++) {
+      int hw[KW];
+      isk_load_h<KW>(hb + (s & 1) * Hp, hw);
+      const int32_t w0 = wq[0][0], w1 = wq[0][1];
+  #pragma unroll
+      for (int k = 0; k < ISK_RING - 2; k++) {
+        wq[k][0] = wq[k + 1][0];
+        wq[k][1] = wq[k + 1][1];
       }
-      qg_cell32_zo zo;
-      qg_cell32_z(&c32, 0, w0, (int32_t)((uint32_t)acc + rconst[0] + roff[0] * (uint32_t)sh), hprev, &zo, 0);
-      xz[mu] = zo.cz; xz[HW + mu] = zo.cold;
-      if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
-      zpre_p = zo.zpre; mz_p = zo.mask;
-    } else {   /* RG: rows r and g, r_pre, r, Rh_g + br_g, r Rhb, g_pre, g */
-      int32_t acc[2], sh;
-      if (need_sh) isk_dots<KW, 2, 2, true>(Rw, hw, acc, &sh);
-      else isk_dots<KW, 2, 2, false>(Rw, hw, acc, &sh);
-      qg_cell32_rg(&c32, 0, w0, w1, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
-                   (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro, 0);
-      int32_t *x = xr + (s & 1) * 5 * HW + mu;
-      x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
+      wq[ISK_RING - 2][0] = wx_at(s + ISK_RING - 1, rg);
+      wq[ISK_RING - 2][1] = rg ? wx_at(s + ISK_RING - 1, 2) : 0;
+      qg_cell32_rgo ro;
+      if (!rg) {   /* Z: row z, z_pre, z, old; step s - 1's stores from what RG left in xr */
+        int32_t acc, sh;
+        if (need_sh) isk_dots<KW, 1, 4, true>(Rw, hw, &acc, &sh);
+        else isk_dots<KW, 1, 4, false>(Rw, hw, &acc, &sh);
+        int32_t xh = 0, xrp = 0, xgp = 0, xrb = 0;
+        uint32_t xm = 0;
+        if (s > 0) {   /* what RG left of step s - 1 */
+          const int32_t *x = xr + ((s - 1) & 1) * 5 * HW + mu;
+          xh = x[0]; xrp = x[HW]; xgp = x[2 * HW]; xrb = x[3 * HW]; xm = (uint32_t)x[4 * HW];
+          hprev = xh;
+        }
+        qg_cell32_zo zo;
+        qg_cell32_z(&c32, 0, w0, (int32_t)((uint32_t)acc + rconst[0] + roff[0] * (uint32_t)sh), hprev, &zo, FAST);
+        xz[mu] = zo.cz; xz[HW + mu] = zo.cold;
+        if (s > 0 && active) store(s - 1, xh, zpre_p, xrp, xgp, xrb, xm | mz_p);
+        zpre_p = zo.zpre; mz_p = zo.mask;
+      } else {   /* RG: rows r and g, r_pre, r, Rh_g + br_g, r Rhb, g_pre, g */
+        int32_t acc[2], sh;
+        if (need_sh) isk_dots<KW, 2, 2, true>(Rw, hw, acc, &sh);
+        else isk_dots<KW, 2, 2, false>(Rw, hw, acc, &sh);
+        qg_cell32_rg(&c32, 0, w0, w1, (int32_t)((uint32_t)acc[0] + rconst[0] + roff[0] * (uint32_t)sh),
+                     (int32_t)((uint32_t)acc[1] + rconst[1] + roff[1] * (uint32_t)sh), &ro, FAST);
+        int32_t *x = xr + (s & 1) * 5 * HW + mu;
+        x[HW] = ro.rpre; x[2 * HW] = ro.gpre; x[3 * HW] = ro.rhb;
+      }
+      bar_sync_named(1, nthr);   /* publishes Z's z and old of this step to RG */
+      if (rg) {   /* RG: new h, its byte into the next plane, h and its codes and mask bits into xr */
+        uint32_t mh;
+        const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh, FAST);
+        if (active) hb[((s + 1) & 1) * Hp + mu] = (int8_t)(h - baseH);
+        int32_t *x = xr + (s & 1) * 5 * HW + mu;
+        x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);
+      }
+      bar_sync_named(0, nthr);   /* publishes the new h plane and xr */
     }
-    bar_sync_named(1, nthr);   /* publishes Z's z and old of this step to RG */
-    if (rg) {   /* RG: new h, its byte into the next plane, h and its codes and mask bits into xr */
-      uint32_t mh;
-      const int32_t h = qg_cell32_h(&c32, xz[mu], xz[HW + mu], ro.g, &mh, 0);
-      if (active) hb[((s + 1) & 1) * Hp + mu] = (int8_t)(h - baseH);
-      int32_t *x = xr + (s & 1) * 5 * HW + mu;
-      x[0] = h; x[4 * HW] = (int32_t)(ro.mask | mh);
-    }
-    bar_sync_named(0, nthr);   /* publishes the new h plane and xr */
-  }
+  };
+  if (fast) steps(std::integral_constant<int, 1>());
+  else steps(std::integral_constant<int, 0>());
   if (rg || !active) return;
   /* Z after the loop: the last step's stores, the padded steps, the last state */
   if (Li > 0) {
