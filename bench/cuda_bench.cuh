@@ -1,9 +1,9 @@
 /*
  * cuda_bench.cuh: what the standalone GPU bench programs (bench/*.cu) share: error checks that
- * print the failing call and exit (CK for the runtime, BK for cuBLAS), and time_ms, the median of
- * 30 single launches timed with CUDA events on the stream after the clocks have ramped up (an
- * idle H200 sits at 345 MHz: the function runs for 0.3 s first, else the first calls' times were
- * 2.5x the in-loop ones). Bench programs only: the library returns status codes instead.
+ * print the failing call and exit (CK for the runtime, BK for cuBLAS), median_call_ms (the median
+ * of single calls timed with CUDA events), and time_ms, the same over 30 calls after the clocks
+ * have ramped up (an idle H200 sits at 345 MHz: the function runs for 0.3 s first, else the first
+ * calls' times were 2.5x the in-loop ones). Bench programs only: the library returns status codes instead.
  */
 #ifndef QGRU_CUDA_BENCH_CUH
 #define QGRU_CUDA_BENCH_CUH
@@ -20,6 +20,21 @@
 
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
+/* The median of reps single calls of f, each timed with CUDA events on st, after warm untimed ones. */
+template <class F>
+static float median_call_ms(F f, cudaStream_t st, int reps, int warm) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; i++) f();
+  std::vector<float> t;
+  for (int r = 0; r < reps; r++) {
+    CK(cudaEventRecord(a, st)); f(); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
+  }
+  CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
+  return median(t);
+}
+
 template <class F>
 static float time_ms(F f, cudaStream_t st) {
   cudaEvent_t a, b;
@@ -31,13 +46,8 @@ static float time_ms(F f, cudaStream_t st) {
     CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
     float m; CK(cudaEventElapsedTime(&m, a, b)); warm += m;
   }
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, st)); f(); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
   CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
-  return median(t);
+  return median_call_ms(f, st, 30, 0);
 }
 
 #endif

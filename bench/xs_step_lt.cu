@@ -20,17 +20,11 @@
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/xs_step_lt.cu -lcublasLt -lcublas -o xs_step_lt
  * Run:   ./xs_step_lt [nr=128] [H=1024]
  */
-#include <algorithm>
 #include <cublasLt.h>
-#include <cublas_v2.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define BK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); exit(1); } } while (0)
+#include "cuda_bench.cuh"   /* CK, BK, median */
 
 enum { GROUPS = 2, STEPS = 100 };
 
@@ -49,33 +43,6 @@ static int8_t *dev_digits(size_t n, unsigned seed) {
   CK(cudaMalloc(&d, n));
   CK(cudaMemcpy(d, h.data(), n, cudaMemcpyHostToDevice));
   return d;
-}
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/* median over reps of (events around f), f's own launches inside */
-template <class F>
-static float time_ms(F f, cudaStream_t st, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();
-  std::vector<float> t;
-  for (int r = 0; r < reps; r++) {
-    CK(cudaEventRecord(a, st));
-    f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return median(t);
 }
 
 static int cfg_get(const cublasLtMatmulAlgo_t *al, cublasLtMatmulAlgoConfigAttributes_t at) {
@@ -152,48 +119,45 @@ int main(int argc, char **argv) {
     return cublasLtMatmul(lt, md, &one, RT, la, A, all ? lb2 : lb, &zero, C, all ? lc2 : lc, C, all ? lc2 : lc, al, ws[g], wsb, st[g]);
   };
 
-  /* the loop as the backward runs it: per step, each group's product on its stream; a graph of STEPS steps */
-  auto loop_graph = [&](auto prod_of_group) {
-    cudaGraph_t gr;
-    cudaGraphExec_t ge;
-    cudaEvent_t fork, join[GROUPS];
-    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    for (int g = 0; g < GROUPS; g++) CK(cudaEventCreateWithFlags(&join[g], cudaEventDisableTiming));
-    CK(cudaStreamBeginCapture(st[0], cudaStreamCaptureModeThreadLocal));
-    CK(cudaEventRecord(fork, st[0]));
-    for (int g = 1; g < GROUPS; g++) CK(cudaStreamWaitEvent(st[g], fork, 0));
-    for (int s = 0; s < STEPS; s++)
-      for (int g = 0; g < GROUPS; g++) prod_of_group(g);
-    for (int g = 1; g < GROUPS; g++) {
-      CK(cudaEventRecord(join[g], st[g]));
-      CK(cudaStreamWaitEvent(st[0], join[g], 0));
-    }
-    CK(cudaStreamEndCapture(st[0], &gr));
-    CK(cudaGraphInstantiate(&ge, gr, 0));
-    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st[0]));
-    const float ms = time_ms([&] { CK(cudaGraphLaunch(ge, st[0])); }, st[0], 15);
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(gr));
-    CK(cudaEventDestroy(fork));
-    for (int g = 0; g < GROUPS; g++) CK(cudaEventDestroy(join[g]));
-    return ms * 1e3f / STEPS;   /* us a step */
-  };
-  auto one_group_graph = [&](auto prod_all) {
+  /* us a step of a graph of STEPS steps captured on st[0] by capture() (median of 15 launches) */
+  auto graph_us = [&](auto capture) {
     cudaGraph_t gr;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st[0], cudaStreamCaptureModeThreadLocal));
-    for (int s = 0; s < STEPS; s++) prod_all();
+    capture();
     CK(cudaStreamEndCapture(st[0], &gr));
     CK(cudaGraphInstantiate(&ge, gr, 0));
     for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st[0]));
-    const float ms = time_ms([&] { CK(cudaGraphLaunch(ge, st[0])); }, st[0], 15);
+    const float ms = median_call_ms([&] { CK(cudaGraphLaunch(ge, st[0])); }, st[0], 15, 1);
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(gr));
     return ms * 1e3f / STEPS;
   };
+  /* the loop as the backward runs it: per step, each group's product on its stream */
+  auto loop_graph = [&](auto prod_of_group) {
+    cudaEvent_t fork, join[GROUPS];
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    for (int g = 0; g < GROUPS; g++) CK(cudaEventCreateWithFlags(&join[g], cudaEventDisableTiming));
+    const float us = graph_us([&] {
+      CK(cudaEventRecord(fork, st[0]));
+      for (int g = 1; g < GROUPS; g++) CK(cudaStreamWaitEvent(st[g], fork, 0));
+      for (int s = 0; s < STEPS; s++)
+        for (int g = 0; g < GROUPS; g++) prod_of_group(g);
+      for (int g = 1; g < GROUPS; g++) {
+        CK(cudaEventRecord(join[g], st[g]));
+        CK(cudaStreamWaitEvent(st[0], join[g], 0));
+      }
+    });
+    CK(cudaEventDestroy(fork));
+    for (int g = 0; g < GROUPS; g++) CK(cudaEventDestroy(join[g]));
+    return us;
+  };
+  auto one_group_graph = [&](auto prod_all) {
+    return graph_us([&] { for (int s = 0; s < STEPS; s++) prod_all(); });
+  };
   /* warm the clocks */
   for (int i = 0; i < 20; i++) loop_graph([&](int g) { gemm_ex(g, P[g], D[g], M); });
-  const float ex_alone = time_ms([&] { for (int i = 0; i < 20; i++) gemm_ex(0, P[0], D[0], M); }, st[0], 9) * 1e3f / 20;
+  const float ex_alone = median_call_ms([&] { for (int i = 0; i < 20; i++) gemm_ex(0, P[0], D[0], M); }, st[0], 9, 1) * 1e3f / 20;
   const float ex_loop = loop_graph([&](int g) { gemm_ex(g, P[g], D[g], M); });
   const float ex_one = one_group_graph([&] { gemm_ex(0, Pall, Dall, 2 * M); });
   printf("cublasGemmEx: alone %.2f us (%.0f TOPS); loop of %d groups %.2f us a step; one group of %d rows %.2f us a step\n", ex_alone,
@@ -284,7 +248,7 @@ int main(int argc, char **argv) {
     }
     CK(cudaMemcpy(got.data(), P[0], got.size() * 4, cudaMemcpyDeviceToHost));
     cf.same = memcmp(got.data(), ref.data(), got.size() * 4) == 0;
-    cf.alone_us = time_ms([&] { for (int r = 0; r < 20; r++) lt_run(&cf.algo, 0, P[0], D[0], 0); }, st[0], 9) * 1e3f / 20;
+    cf.alone_us = median_call_ms([&] { for (int r = 0; r < 20; r++) lt_run(&cf.algo, 0, P[0], D[0], 0); }, st[0], 9, 1) * 1e3f / 20;
   }
   std::vector<size_t> order(heur0);
   for (size_t i = 0; i < heur0; i++) order[i] = i;
