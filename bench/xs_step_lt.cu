@@ -16,9 +16,12 @@
  * fastest 16 of phase 1 and the heuristic's first 8, each run as the loop runs it (two groups of nr
  * rows on two streams, 100 steps in a graph; median of 15 graph launches), against cublasGemmEx.
  * One group of all 2 nr rows is measured the same way.
+ * With S > 1 K slices (the library's `slices`, summed by the next step kernel) each group's product
+ * is S products of K / S as one strided batch into S separate outputs, no reduction: larger tiles
+ * with the device still full (session 30's question); the bits checked are the slices' sum.
  *
  * Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/xs_step_lt.cu -lcublasLt -lcublas -o xs_step_lt
- * Run:   ./xs_step_lt [nr=128] [H=1024]
+ * Run:   ./xs_step_lt [nr=128] [H=1024] [S=1]
  */
 #include <cublasLt.h>
 #include <stdint.h>
@@ -63,13 +66,14 @@ static int cfg_get(const cublasLtMatmulAlgo_t *al, cublasLtMatmulAlgoConfigAttri
 }
 
 int main(int argc, char **argv) {
-  const int nr = argc > 1 ? atoi(argv[1]) : 128, H = argc > 2 ? atoi(argv[2]) : 1024;
-  const int M = 4 * nr, Kp = (3 * H + 15) / 16 * 16;
+  const int nr = argc > 1 ? atoi(argv[1]) : 128, H = argc > 2 ? atoi(argv[2]) : 1024, S = argc > 3 ? atoi(argv[3]) : 1;
+  const int M = 4 * nr, Kp = (3 * H + 15) / 16 * 16, Kc = Kp / S;
+  if (S < 1 || Kp % (16 * S)) { fprintf(stderr, "S = %d must divide K = %d into multiples of 16\n", S, Kp); return 2; }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double gop = 2.0 * M * (double)H * Kp * 1e-9;
-  printf("# %s, %d SMs, L2 %d MB; per group: M %d (4 digits x %d rows), N %d, K %d: %.2f GOP; %d groups\n", prop.name,
-         prop.multiProcessorCount, prop.l2CacheSize >> 20, M, nr, H, Kp, gop, GROUPS);
+  printf("# %s, %d SMs, L2 %d MB; per group: M %d (4 digits x %d rows), N %d, K %d in %d slices: %.2f GOP; %d groups\n", prop.name,
+         prop.multiProcessorCount, prop.l2CacheSize >> 20, M, nr, H, Kp, S, gop, GROUPS);
   cudaStream_t st[GROUPS];
   cublasHandle_t hb[GROUPS];
   for (int g = 0; g < GROUPS; g++) {
@@ -87,22 +91,36 @@ int main(int argc, char **argv) {
   for (int g = 0; g < GROUPS; g++) {
     CK(cudaMalloc(&ws[g], wsb));
     D[g] = dev_digits((size_t)M * Kp, 2 + g);
-    CK(cudaMalloc(&P[g], (size_t)M * H * 4));
+    CK(cudaMalloc(&P[g], (size_t)S * M * H * 4));
   }
   int32_t *Pall;   /* one group of all rows */
   int8_t *Dall = dev_digits((size_t)2 * M * Kp, 7);
-  CK(cudaMalloc(&Pall, (size_t)2 * M * H * 4));
+  CK(cudaMalloc(&Pall, (size_t)S * 2 * M * H * 4));
   const int32_t one = 1, zero = 0;
 
-  /* cublasGemmEx as xs_gemm runs it: column-major C^T [H, M] = RT^T D */
+  /* cublasGemmEx as xs_gemm runs it: column-major C^T [H, M] = RT^T D (S > 1: slice j of K into C + j M H) */
   auto gemm_ex = [&](int g, int32_t *C, const int8_t *A, int m) {
-    BK(cublasGemmEx(hb[g], CUBLAS_OP_T, CUBLAS_OP_N, H, m, Kp, &one, RT, CUDA_R_8I, Kp, A, CUDA_R_8I, Kp, &zero, C, CUDA_R_32I, H,
-                    CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    if (S == 1)
+      BK(cublasGemmEx(hb[g], CUBLAS_OP_T, CUBLAS_OP_N, H, m, Kp, &one, RT, CUDA_R_8I, Kp, A, CUDA_R_8I, Kp, &zero, C, CUDA_R_32I, H,
+                      CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    else
+      BK(cublasGemmStridedBatchedEx(hb[g], CUBLAS_OP_T, CUBLAS_OP_N, H, m, Kc, &one, RT, CUDA_R_8I, Kp, Kc, A, CUDA_R_8I, Kp, Kc, &zero, C,
+                                    CUDA_R_32I, H, (long long)m * H, S, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+  };
+  /* the slices' sum of group 0's product (what the step kernel adds) */
+  auto sum_of = [&](std::vector<int32_t> &out) {
+    std::vector<int32_t> all((size_t)S * M * H);
+    CK(cudaMemcpy(all.data(), P[0], all.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < out.size(); e++) {
+      int32_t v = 0;
+      for (int j = 0; j < S; j++) v += all[(size_t)j * M * H + e];
+      out[e] = v;
+    }
   };
   gemm_ex(0, P[0], D[0], M);
   CK(cudaStreamSynchronize(st[0]));
   std::vector<int32_t> ref((size_t)M * H), got((size_t)M * H);
-  CK(cudaMemcpy(ref.data(), P[0], ref.size() * 4, cudaMemcpyDeviceToHost));
+  sum_of(ref);
 
   cublasLtMatmulDesc_t md;
   BK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32I, CUDA_R_32I));
@@ -110,11 +128,19 @@ int main(int argc, char **argv) {
   BK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   BK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   cublasLtMatrixLayout_t la, lb, lc, lb2, lc2;
-  BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, Kp, H, Kp));
-  BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, Kp, M, Kp));
+  BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, Kc, H, Kp));
+  BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, Kc, M, Kp));
   BK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, H, M, H));
-  BK(cublasLtMatrixLayoutCreate(&lb2, CUDA_R_8I, Kp, 2 * M, Kp));
+  BK(cublasLtMatrixLayoutCreate(&lb2, CUDA_R_8I, Kc, 2 * M, Kp));
   BK(cublasLtMatrixLayoutCreate(&lc2, CUDA_R_32I, H, 2 * M, H));
+  if (S > 1) {   /* the K slices as a strided batch: operands step Kc along K, outputs one product apart */
+    const int32_t bc = S;
+    const int64_t sk = Kc, sc = (int64_t)M * H, sc2 = 2 * sc;
+    for (cublasLtMatrixLayout_t l : {la, lb, lc, lb2, lc2}) BK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+    for (cublasLtMatrixLayout_t l : {la, lb, lb2}) BK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sk, sizeof sk));
+    BK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc));
+    BK(cublasLtMatrixLayoutSetAttribute(lc2, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc2, sizeof sc2));
+  }
   auto lt_run = [&](const cublasLtMatmulAlgo_t *al, int g, int32_t *C, const int8_t *A, int all) {
     return cublasLtMatmul(lt, md, &one, RT, la, A, all ? lb2 : lb, &zero, C, all ? lc2 : lc, C, all ? lc2 : lc, al, ws[g], wsb, st[g]);
   };
@@ -246,7 +272,7 @@ int main(int argc, char **argv) {
       cf.alone_us = 1e9f;
       continue;
     }
-    CK(cudaMemcpy(got.data(), P[0], got.size() * 4, cudaMemcpyDeviceToHost));
+    sum_of(got);
     cf.same = memcmp(got.data(), ref.data(), got.size() * 4) == 0;
     cf.alone_us = median_call_ms([&] { for (int r = 0; r < 20; r++) lt_run(&cf.algo, 0, P[0], D[0], 0); }, st[0], 9, 1) * 1e3f / 20;
   }

@@ -118,6 +118,16 @@ __device__ __forceinline__ float xs_element(const int32_t *__restrict__ P, int s
   return xs_value(p[0], p[1], p[2], p[3], corr, shift);
 }
 
+/* xs_element of a product of one K slice (P [4][n]) in 32-bit offsets (4 n below 2^31): the
+ * per-step path's form with two row groups, where the address arithmetic of the general form's
+ * predicated slices was a seventh of its step kernel's instructions (bench/cuda_int_gru.md,
+ * session 30). */
+__device__ __forceinline__ float xs_element1(const int32_t *__restrict__ P, unsigned n, unsigned e, long long corr, int shift) {
+  const int32_t *q = P + e;
+  const int32_t p0 = q[0], p1 = q[n], p2 = q[2 * n], p3 = q[3 * n];
+  return xs_value(p0, p1, p2, p3, corr, shift);
+}
+
 /* Warp-then-block reductions over XS_THREADS threads (every thread gets the result). */
 __device__ __forceinline__ double xs_block_max(double v, double *sh) {
   for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -1115,7 +1115,7 @@ enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 /* The work of bwd_step1_kernel's thread (n, i) (i < H, n in [n0, n0 + nr)): its four bias terms
  * into a (0 for a padded step) and its three dq and dp values into dq3 and dp3 (as written to
  * p.dq and p.dp; a padded step writes no dp and leaves dp3 as it was; PC = 2 leaves both unset). */
-template <int PC>
+template <int PC, int MS = XS_MAX_SLICES>
 __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const float *__restrict__ dd, const float *__restrict__ P,
                                            int nparts, float *__restrict__ dn, void *__restrict__ Hf, const int *__restrict__ xsh,
                                            const long long *__restrict__ xcorr, int n0, int nr, int i, int n, double (&a)[4],
@@ -1127,7 +1127,11 @@ __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const flo
   const int32_t hq = p.hq[se];
   float dh = dd[e];
   if (PC == 4) {   /* the exact int8 split's product (strict mode): [nparts K slices][4 digits][nr][H] int32 */
-    if (nparts) dh += xs_element<XS_MAX_SLICES>((const int32_t *)P, nparts, (int64_t)nr * H, (n - n0) * H + i, xcorr[n], xsh[n]);
+    if (MS == 1) {   /* at most one slice: 32-bit offsets (P is read from the second step on, T >= 2, so 4 nr H < 3 T N H < 2^31: step_fits32) */
+      if (nparts) dh += xs_element1((const int32_t *)P, (unsigned)(nr * H), (unsigned)((n - n0) * H + i), xcorr[n], xsh[n]);
+    } else if (nparts) {
+      dh += xs_element<MS>((const int32_t *)P, nparts, (int64_t)nr * H, (n - n0) * H + i, xcorr[n], xsh[n]);
+    }
   } else {
     /* the partial products: slice j, piece c of (n, i) at P[j PC nr H + ((n - n0) PC + c) H + i]
      * (PC = 1: P[j nr H + (n - n0) H + i]); added slice by slice, pieces in order */
@@ -1247,6 +1251,7 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
  * stored rows (the same maxima: max is order-free), so neither the side stream nor the after-loop
  * work reads them again. Clusters of up to XF_MAX_CLUSTER blocks: H <= XF_X XF_MAX_CLUSTER. */
 enum { XF_X = 128, XF_MAX_CLUSTER = 8 };
+template <int MS>   /* the most K slices of P: 1 (the two row groups' products) or XS_MAX_SLICES */
 __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __grid_constant__ bwd_params p, int s,
                                                                     const float *__restrict__ dd, const int32_t *__restrict__ P,
                                                                     int nparts, float *__restrict__ dn, void *__restrict__ Hf,
@@ -1274,7 +1279,7 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   cp_async_commit();
   double a[4] = {0, 0, 0, 0};
   float dq3[3] = {0.0f, 0.0f, 0.0f}, dp3[3] = {0.0f, 0.0f, 0.0f};
-  if (valid) step1_unit<4>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
+  if (valid) step1_unit<4, MS>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
   cp_async_wait_all();
   block_bias_sums<int, XF_X>(sh, a[0], a[1], a[2], a[3], s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);   /* a block barrier */
   /* the row maxima of |dq 2^-ke| (xs_rows_kernel's m): the warp (one row), the block, the cluster */
@@ -1313,22 +1318,25 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   const int sft = xs_shift((double)rm);
   /* the digits of the thread's three values, and their correction terms */
   long long c = 0;
-  const int plane = nr * Kp;
-  int8_t *drow = D + (n - n0) * Kp;
+  const unsigned plane = (unsigned)(nr * Kp);
+  int8_t *drow = D + (unsigned)((n - n0) * Kp);   /* (32-bit offsets from one pointer: 4 nr Kp < 2^31, the host's check) */
   if (valid) {
 #pragma unroll
     for (int k = 0; k < 3; k++) {
-      const int j = k * H + i, xi = xs_fixed(dq3[k], sft - (ke ? kes[k][tx] : 0));
+      const int xi = xs_fixed(dq3[k], sft - (ke ? kes[k][tx] : 0));
       int8_t dg[XS_DIGITS];
       xs_digits(xi, dg);
       if (zc_any) c += xi * (long long)(zoff - (kz ? kzs[k][tx] : 0));
+      int8_t *q = drow + (unsigned)(k * H + i);
 #pragma unroll
-      for (int d = 0; d < XS_DIGITS; d++) drow[d * plane + j] = dg[d];
+      for (int d = 0; d < XS_DIGITS; d++, q += plane) *q = dg[d];
     }
   }
-  if (n < n0 + nr && i < Kp - H3)   /* the row's padding columns [3H, Kp) */
+  if (n < n0 + nr && i < Kp - H3) {   /* the row's padding columns [3H, Kp) */
+    int8_t *q = drow + (unsigned)(H3 + i);
 #pragma unroll
-    for (int d = 0; d < XS_DIGITS; d++) drow[d * plane + H3 + i] = 0;
+    for (int d = 0; d < XS_DIGITS; d++, q += plane) *q = 0;
+  }
   if (zc_any) {   /* the row's correction: warps, blocks (pushed to block 0), in rank order */
     for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
     if (lane == 0) wsum[ty][w] = c;
@@ -1657,23 +1665,31 @@ static cudaLaunchConfig_t xs_fused_config(int64_t H, int64_t nr, cudaStream_t st
   return lc;
 }
 
+/* bwd_step1_xs_kernel's variant for the loop's K slices of P (1: the single-slice form). */
+typedef void (*xs_step_kernel_t)(bwd_params, int, const float *, const int32_t *, int, float *, void *, double *, int *, long long *, int,
+                                 int, int, int8_t *, int, const int32_t *, const int32_t *, int, int, unsigned *);
+static xs_step_kernel_t xs_step_kernel_for(int slices) {
+  return slices <= 1 ? bwd_step1_xs_kernel<1> : bwd_step1_xs_kernel<XS_MAX_SLICES>;
+}
+
 /* Whether the device runs bwd_step1_xs_kernel's clusters for H units (ceil(H / XF_X) blocks of
  * XF_X x BS_Y threads: at least one such cluster resident at once; not on every partition of a
- * GPU). Memoized per device ordinal and cluster size (an occupancy query). */
-static int xs_fused_fits(int64_t H) {
+ * GPU), in the variant for `slices`. Memoized per device ordinal, cluster size and variant (an
+ * occupancy query). */
+static int xs_fused_fits(int64_t H, int slices) {
   enum { DEVS = 64 };
-  static signed char memo[DEVS][XF_MAX_CLUSTER + 1];   /* 0 unknown, 1 no, 2 yes */
-  const int K = (int)((H + XF_X - 1) / XF_X);
+  static signed char memo[DEVS][XF_MAX_CLUSTER + 1][2];   /* 0 unknown, 1 no, 2 yes */
+  const int K = (int)((H + XF_X - 1) / XF_X), v = slices <= 1 ? 0 : 1;
   int dev = 0;
   if (K < 1 || K > XF_MAX_CLUSTER || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) { (void)cudaGetLastError(); return 0; }
-  if (!memo[dev][K]) {
+  if (!memo[dev][K][v]) {
     cudaLaunchAttribute at[1];
     const cudaLaunchConfig_t lc = xs_fused_config(H, BS_Y, 0, at);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, bwd_step1_xs_kernel, &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
-    memo[dev][K] = n > 0 ? 2 : 1;
+    if (cudaOccupancyMaxActiveClusters(&n, xs_step_kernel_for(slices), &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
+    memo[dev][K][v] = n > 0 ? 2 : 1;
   }
-  return memo[dev][K] == 2;
+  return memo[dev][K][v] == 2;
 }
 
 /* The strict split's per-step chain (the step kernel, xs_rows_kernel, the int8 GEMM) runs as two
@@ -1849,7 +1865,7 @@ static qg_status step_loop_body(void *arg) {
           if (L.fused) {   /* the step and dq_s's digit planes (R's exponents folded in) in one kernel */
             cudaLaunchAttribute at[1];
             const cudaLaunchConfig_t lc = xs_fused_config(H, nr, gs, at);
-            QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, bwd_step1_xs_kernel, L.bp, (int)s, (const float *)dh, (const int32_t *)Pg, np, dn,
+            QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, xs_step_kernel_for((int)S), L.bp, (int)s, (const float *)dh, (const int32_t *)Pg, np, dn,
                                                       L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr, chunks, Dg, (int)L.Kp, L.ke, L.kz,
                                                       L.zoff, L.zc_any, L.kmx));
             QG_CHECK(qg_cuda_launched(ctx, fn));
@@ -2008,8 +2024,6 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                       (force || step_flops >= XS_MIN_STEP_FLOPS);
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
-  /* the split of dq_s in the step kernel (bwd_step1_xs_kernel) where a cluster holds a row's units, else xs_rows_kernel after it */
-  const int xs_fused = QGRU_XS_FUSED_STEP && xs_step && H <= (int64_t)XF_X * XF_MAX_CLUSTER && xs_fused_fits(H);
   /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */
   const int groups = xs_step && N >= QGRU_ROW_GROUP_ROWS ? QGRU_ROW_GROUPS : 1;
   int64_t gstart[XG_MAX + 1];   /* group g: rows [gstart[g], gstart[g + 1]), block-row aligned */
@@ -2036,6 +2050,10 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const sp_shape osh = own ? step_product_shape(ctx, N, H) : sp_shape{0, 0, 0};
   if (own) slices = osh.slices;
   if (pieces == 2 && slices == 0) slices = 1;   /* the split's products always go to P (the step kernel adds the pieces) */
+  /* the split of dq_s in the step kernel (bwd_step1_xs_kernel) where a cluster holds a row's units
+   * and its digit planes' offsets fit 32 bits, else xs_rows_kernel after it */
+  const int xs_fused = QGRU_XS_FUSED_STEP && xs_step && H <= (int64_t)XF_X * XF_MAX_CLUSTER &&
+                       XS_DIGITS * N * xs_kpad(H3) < (1LL << 31) && xs_fused_fits(H, slices);
   /* workspace floats: dp, dq [TN, 3H], the persistent path's bcx, bcr [TN, 3H] (not bwd_ws_kernel's), dh, dh_next [N, H],
    * Xf [TN, C], Hf [TN, H], tmpX [TN, C], tmpW [3H, C], tmpR [3H, H]; doubles: the persistent path's
    * bias partial sums [chunks, 2, 3H] (bwd_ws_kernel: [N, 4, H]) or the per-step path's step sums [T, schunks, 4, H] */
