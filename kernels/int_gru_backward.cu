@@ -1249,7 +1249,13 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
  * after-loop split's column maxima of dq and dp, [2][3H] float bits, zeroed before the loop) each
  * block adds its rows' |dq| and |dp| by integer atomicMax, as xs_colmax_kernel would from the
  * stored rows (the same maxima: max is order-free), so neither the side stream nor the after-loop
- * work reads them again. Clusters of up to XF_MAX_CLUSTER blocks: H <= XF_X XF_MAX_CLUSTER. */
+ * work reads them again. Clusters of up to XF_MAX_CLUSTER blocks: H <= XF_X XF_MAX_CLUSTER.
+ * Launched as a programmatic dependent of the GEMM before it (xs_fused_config): it reads nothing
+ * the previous kernels wrote before griddep_wait. MS = 1 (one K slice, the two row groups' form)
+ * reads P with 32-bit offsets and no predicated slices (session 30: the general form's slice
+ * addressing was ~100 of ~820 instructions a warp; large strict backward 4.36-4.41 -> 4.24-4.26 ms).
+ * (Measured and not kept, session 30: two units a thread at 64 registers, within noise; the same at
+ * 40 registers and 3 blocks a multiprocessor, 0.15 ms slower.) */
 enum { XF_X = 128, XF_MAX_CLUSTER = 8 };
 template <int MS>   /* the most K slices of P: 1 (the two row groups' products) or XS_MAX_SLICES */
 __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __grid_constant__ bwd_params p, int s,
@@ -1277,6 +1283,10 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
     if (zc_any && kz) cp_async4(&kzs[ty][tx], kz + ty * H + i);
   }
   cp_async_commit();
+  /* launched as a programmatic dependent of the step's GEMM (xs_fused_config): what it wrote (P)
+   * and the previous step kernel's dd, xsh, xcorr are visible from here on; R's exponents and zero
+   * points above are the weights' (unchanged in the backward) */
+  griddep_wait();
   double a[4] = {0, 0, 0, 0};
   float dq3[3] = {0.0f, 0.0f, 0.0f}, dp3[3] = {0.0f, 0.0f, 0.0f};
   if (valid) step1_unit<4, MS>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
@@ -1651,8 +1661,11 @@ static int xs_step_slices(const qg_ctx *ctx, int64_t N, int64_t H) {   /* N: the
 #endif
 
 /* bwd_step1_xs_kernel's launch: clusters of ceil(H / XF_X) blocks of XF_X x BS_Y threads along
- * the units, ceil(nr / BS_Y) of them along the rows; at: the cluster attribute's storage. */
-static cudaLaunchConfig_t xs_fused_config(int64_t H, int64_t nr, cudaStream_t st, cudaLaunchAttribute *at) {
+ * the units, ceil(nr / BS_Y) of them along the rows; at: the attributes' storage (2). pdl: as a
+ * programmatic dependent launch, so that the kernel is launched while the stream's previous kernel
+ * (the step's GEMM) drains and waits for it in griddep_wait (H200, large strict backward 4.24-4.26
+ * -> 4.12-4.14 ms; bench/cuda_int_gru.md, session 30). */
+static cudaLaunchConfig_t xs_fused_config(int64_t H, int64_t nr, cudaStream_t st, int pdl, cudaLaunchAttribute *at) {
   const unsigned K = (unsigned)((H + XF_X - 1) / XF_X);
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(K, (unsigned)((nr + BS_Y - 1) / BS_Y));
@@ -1662,6 +1675,11 @@ static cudaLaunchConfig_t xs_fused_config(int64_t H, int64_t nr, cudaStream_t st
   at[0].val.clusterDim.x = K; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
   lc.attrs = at;
   lc.numAttrs = 1;
+  if (pdl) {
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    lc.numAttrs = 2;
+  }
   return lc;
 }
 
@@ -1684,7 +1702,7 @@ static int xs_fused_fits(int64_t H, int slices) {
   if (K < 1 || K > XF_MAX_CLUSTER || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) { (void)cudaGetLastError(); return 0; }
   if (!memo[dev][K][v]) {
     cudaLaunchAttribute at[1];
-    const cudaLaunchConfig_t lc = xs_fused_config(H, BS_Y, 0, at);
+    const cudaLaunchConfig_t lc = xs_fused_config(H, BS_Y, 0, 0, at);
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, xs_step_kernel_for(slices), &lc) != cudaSuccess) { n = 0; (void)cudaGetLastError(); }
     memo[dev][K][v] = n > 0 ? 2 : 1;
@@ -1863,8 +1881,8 @@ static qg_status step_loop_body(void *arg) {
           int32_t *Pg = (int32_t *)L.P + S * XS_DIGITS * n0 * H;
           int8_t *Dg = L.Dq + XS_DIGITS * n0 * L.Kp;
           if (L.fused) {   /* the step and dq_s's digit planes (R's exponents folded in) in one kernel */
-            cudaLaunchAttribute at[1];
-            const cudaLaunchConfig_t lc = xs_fused_config(H, nr, gs, at);
+            cudaLaunchAttribute at[2];
+            const cudaLaunchConfig_t lc = xs_fused_config(H, nr, gs, 1, at);
             QG_CUDA_CHECK(ctx, fn, cudaLaunchKernelEx(&lc, xs_step_kernel_for((int)S), L.bp, (int)s, (const float *)dh, (const int32_t *)Pg, np, dn,
                                                       L.Hf, L.sp, L.xsh, L.xcorr, (int)n0, (int)nr, chunks, Dg, (int)L.Kp, L.ke, L.kz,
                                                       L.zoff, L.zc_any, L.kmx));

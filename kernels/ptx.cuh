@@ -92,6 +92,10 @@ __device__ __forceinline__ void st_async_b64(uint32_t addr, uint64_t v, uint32_t
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+/* Programmatic dependent launch (sm_90): wait until the grid this one depends on has completed and
+ * its memory is visible. A no-op where the launch had no programmatic dependency. */
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 /* *addr = v in a peer's shared memory (addr from mapa_shared) */
 __device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
