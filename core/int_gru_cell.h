@@ -392,24 +392,58 @@ QG_HD int qg_cell32_setup(qg_cell32 *c, const qg_cell_q *q, int gemm_exact) {
 /* One aligned sum of the 32-bit cell: terms (bound on |centered code|, exponent), n of them;
  * the first nv are variable (their multipliers go to mul[]), the rest are constant centered codes
  * (summed into *cst). Requantized to q: its rounding constants go to P rows rq..rq+3. Returns 0
- * when the sum can reach 2^29. The requantized value depends only on the real value of the sum,
- * so the common scale is the finest of the terms that can be nonzero (a zero bias at a fine
- * exponent does not force the others to shift). */
+ * when the sum can reach 2^29 in both forms below. The requantized value depends only on the real
+ * value of the sum, so:
+ * - exact form (tried first): the common scale is the finest of the terms that can be nonzero
+ *   (a zero bias at a fine exponent does not force the others to shift);
+ * - sticky form, where a constant term sits so far below the others that the exact form would
+ *   shift them past 2^29 (a bias code near zero gets a per-channel exponent up to 31, e.g.
+ *   93 2^-27 beside W x at 2^-5): the scale f = max(finest variable exponent, q.e + 1) and one
+ *   bit more, s = f + 1. At scale f the variable terms are integers V and the constants sum to
+ *   B = Bi + Bf (Bi = floor(B), 0 <= Bf < 1, computed exactly in 128 bits); the sum is held at
+ *   scale s as 2 (V + Bi) + [Bf > 0]. The exact value 2 (V + Bi) + 2 Bf and that one lie in the
+ *   same open interval (2 M, 2 M + 2), M = V + Bi (or are equal, Bf = 0), and the rounding of
+ *   rne(x 2^-k), k = s - q.e >= 2, changes only at x = j 2^k + 2^(k-1), even integers, none of
+ *   them inside that interval: the code and the in-range bit are the exact sum's. */
 QG_HD int qg_cell32_sum(int n, int nv, const int64_t *v, const int *e, qg_qp q, int32_t *mul, int32_t *cst, int32_t *P,
                         int64_t H, int64_t i, int rq) {
-  int emax = e[0];
-  for (int k = 1; k < n; k++) if (e[k] > emax && (k < nv || v[k] != 0)) emax = e[k];
+  int s = e[0];
+  for (int k = 1; k < n; k++) if (e[k] > s && (k < nv || v[k] != 0)) s = e[k];
   int64_t bound = 0, sum = 0;
-  for (int k = 0; k < n; k++) {
+  int exact = 1;
+  for (int k = 0; k < n && exact; k++) {
     if (k >= nv && v[k] == 0) continue;   /* a zero bias term: nothing to align */
-    if (emax - e[k] > QG_C32_SHIFT_MAX) return 0;
-    const int64_t m = (int64_t)1 << (emax - e[k]);
+    if (s - e[k] > QG_C32_SHIFT_MAX) { exact = 0; break; }
+    const int64_t m = (int64_t)1 << (s - e[k]);
     if (k < nv) { mul[k] = (int32_t)m; bound += v[k] * m; }
     else { sum += v[k] * m; bound += (v[k] < 0 ? -v[k] : v[k]) * m; }
   }
-  if (bound >= QG_C32_BOUND) return 0;
+  if (!exact || bound >= QG_C32_BOUND) {   /* the sticky form */
+    int f = q.e + 1;
+    for (int k = 0; k < nv; k++) if (e[k] > f) f = e[k];
+    s = f + 1;
+    int c = f;   /* the constants' exact sum at scale 2^-c, c >= f */
+    for (int k = nv; k < n; k++) if (v[k] != 0 && e[k] > c) c = e[k];
+    if (c - f > 90) return 0;   /* beyond any exponent a quantizer has (|e| <= 31 with 16-bit codes) */
+    qg_i128 b = 0;
+    for (int k = nv; k < n; k++) {
+      if (v[k] == 0) continue;
+      if (c - e[k] > 90) return 0;
+      b += (qg_i128)v[k] * ((qg_i128)1 << (c - e[k]));
+    }
+    const qg_i128 bi = b >> (c - f);   /* floor (arithmetic shift) */
+    const qg_i128 cs = 2 * bi + (b != bi * ((qg_i128)1 << (c - f)) ? 1 : 0);
+    qg_i128 bnd = cs < 0 ? -cs : cs;
+    for (int k = 0; k < nv; k++) {
+      if (s - e[k] > QG_C32_SHIFT_MAX) return 0;
+      mul[k] = (int32_t)1 << (s - e[k]);
+      bnd += (qg_i128)v[k] * mul[k];
+    }
+    if (bnd >= QG_C32_BOUND) return 0;
+    sum = (int64_t)cs;
+  }
   *cst = (int32_t)sum;
-  const qg_rs32 r = qg_rs32_make(emax - q.e);
+  const qg_rs32 r = qg_rs32_make(s - q.e);
   P[(rq + 0) * H + i] = r.lim; P[(rq + 1) * H + i] = r.mul; P[(rq + 2) * H + i] = r.kr; P[(rq + 3) * H + i] = r.bias;
   return 1;
 }

@@ -54,13 +54,15 @@ enum { H = 7 };
 /* One random layer; returns 1 when the 32-bit cell accepted it (and was compared). */
 /* mode 0, 1: exponents over a narrow or a wide range (left and right shifts everywhere); mode 2:
  * exponents drawn so that most requantizations shift right or not at all (k >= 0), the settings
- * where the clamp-free variant (qg_cell32_unit_fast) runs. */
+ * where the clamp-free variant (qg_cell32_unit_fast) runs; mode 3: mode 2 with bias exponents up
+ * to 31 (per-channel biases near zero), which the exact alignment cannot hold in 32 bits and the
+ * sticky form of qg_cell32_sum does. */
 static int one_layer(int mode, int *n_compared, int *n_fast) {
   qg_cell_q q;
   const int wide_exps = mode == 1, er = wide_exps ? 24 : 10;
   for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, -er / 2, er, 1);
   q.a[QG_Q_Z_OUT] = rand_q(2, 12, 0, er, 1);   /* z_out: e >= 0 */
-  if (mode == 2) {
+  if (mode >= 2) {
     static const int low[] = {QG_Q_Z_PRE, QG_Q_R_PRE, QG_Q_G_PRE, QG_Q_RRH, QG_Q_OLD, QG_Q_NEW};
     for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, 2, 6, 1);
     for (int k = 0; k < 6; k++) q.a[low[k]] = rand_q(2, uni(0, 3) ? 8 : 16, 0, 2, 1);
@@ -84,9 +86,10 @@ static int one_layer(int mode, int *n_compared, int *n_fast) {
   int64_t bx[H][3], br[H][3];
   for (int i = 0; i < H; i++)
     for (int g = 0; g < 3; g++) {
-      ew[i][g] = mode == 2 ? (int)uni(4, 12) : (int)uni(-4, er);
-      erw[i][g] = mode == 2 ? (int)uni(6, 12) : (int)uni(-4, er);
+      ew[i][g] = mode >= 2 ? (int)uni(4, 12) : (int)uni(-4, er);
+      erw[i][g] = mode >= 2 ? (int)uni(6, 12) : (int)uni(-4, er);
       ebx[i][g] = (int)uni(-4, er + 6); ebr[i][g] = (int)uni(-4, er + 6);
+      if (mode == 3) { ebx[i][g] = (int)uni(er, 31); ebr[i][g] = (int)uni(er, 31); }   /* biases near zero: fine exponents */
       const int bb = (int)uni(2, 16);
       bx[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1); br[i][g] = uni(0, 5) == 0 ? 0 : rand_mag(bb - 1);
     }
@@ -159,19 +162,46 @@ static void test_bounds(void) {
   const int64_t b[3] = {100, -100, 3}, bz[3] = {0, 0, 0};
   CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, b, ebx, b, ebx) == 1);
   CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, bz, ezero, bz, ezero) == 1);   /* zero biases at any exponent */
-  const int efar[3] = {31, 31, 31};   /* bias 27 exponents finer than W x: a term past 2^29 */
-  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, b, efar, b, ebx) == 0);
+  const int efar[3] = {31, 31, 31};   /* bias 27 exponents finer than W x: the sticky form holds it */
+  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, b, efar, b, ebx) == 1);
+  /* by hand: z_pre's terms W x, R h at 2^-4, 100 2^-31 and 100 2^-9; f = max(4, e_zpre + 1) = 5,
+   * scale 6: multipliers 4, the constants 100 2^-26 + 100 2^-4 = 6.25 + 1.5e-6 at scale 5, so
+   * 2 * 6 + 1 = 13; requantized by 2 bits (kr 2, mul 1) */
+  CHECK(P[QG_C32_Z] == 4 && P[QG_C32_Z + 1] == 4 && P[QG_C32_Z + 2] == 13 && P[QG_C32_Z + 4] == 1 && P[QG_C32_Z + 5] == 2);
+  /* variable terms 36 exponents apart (R h at 2^-40): no form holds it */
+  qg_cell_q qf = q;
+  qf.a[QG_Q_MATMUL_RH] = qg_qp_make(8, 0, 40, 0);
+  CHECK(qg_cell32_unit(P, 1, 0, &qf, ew, ew, b, efar, b, ebx) == 0);
+  /* the tie the sticky bit decides: z_pre = W x + 2^-5 + 2^-31 with W x = w 2^-4 is (w + 1/2 +
+   * 2^-27) 2^-4, which rounds to w + 1 for every w (without the 2^-31 term, even w would tie
+   * down to w) */
+  const int e31[3] = {31, 31, 31}, e5[3] = {5, 5, 5};
+  const int64_t one[3] = {1, 1, 1};
+  CHECK(qg_cell32_setup(&c, &q, 1) == 1);
+  CHECK(qg_cell32_unit(P, 1, 0, &q, ew, ew, one, e31, one, e5) == 1);
+  c.P = P;
+  c.H = 1;
+  for (int w = -100; w <= 100; w++) {
+    qg_cell32_out o;
+    qg_cell32_forward(&c, 0, w * 128, 0, 0, 0, 0, 0, 0, &o, 0);   /* W x accumulator at 2^-(7 + 4): w 2^7 is w at 2^-4 */
+    CHECK(o.zpre == w + 1);
+  }
   q.a[QG_Q_R_OUT] = qg_qp_make(16, 1, 16, 0); q.a[QG_Q_MATMUL_RH] = qg_qp_make(16, 0, 4, 0);
   CHECK(qg_cell32_setup(&c, &q, 1) == 0);
 }
 
 int main(void) {
   test_bounds();
-  int accepted = 0, layers = 0, compared = 0, fast = 0;
-  for (int l = 0; l < 3000; l++, layers++) accepted += one_layer(l % 3, &compared, &fast);
-  printf("test_cell: %d layers, %d within the 32-bit bounds, %d cells compared, %d of them also without clamps\n", layers, accepted,
-         compared, fast);
+  int accepted = 0, layers = 0, compared = 0, fast = 0, fine = 0;
+  for (int l = 0; l < 4000; l++, layers++) {
+    const int a = one_layer(l % 4, &compared, &fast);
+    accepted += a;
+    if (l % 4 == 3) fine += a;
+  }
+  printf("test_cell: %d layers, %d within the 32-bit bounds (%d of %d with fine bias exponents), %d cells compared, %d of them also "
+         "without clamps\n", layers, accepted, fine, layers / 4, compared, fast);
   CHECK(accepted > layers / 10);   /* the comparison reached many settings */
+  CHECK(fine > layers / 4 / 4);    /* and the sticky form many of them */
   CHECK(fast > compared / 10);     /* and the clamp-free variant many of them */
   printf("test_cell: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;

@@ -1035,8 +1035,14 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
         return uniform_config(8, { ["weight.R"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true },
                                    ["output.h"] = { bitwidth = 8, is_symmetric = false, is_unsigned = true } }, "u8h")
       end },
-    { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64,
-      exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias outside the 32-bit bounds: the general cell for it" },
+    -- a bias code at 2^-31 (a per-channel bias near zero), 26 exponents below z_pre's W x: the
+    -- exact alignment would shift W x past 2^29, the sticky form of qg_cell32_sum holds it
+    { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_32,
+      exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias at 2^-31: the 32-bit cell's sticky alignment" },
+    -- a bias of 3e7 (code 114 at 2^18): no 32-bit form holds z_pre's sum, the general cell runs
+    -- for that unit only
+    { seed = 67, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64, bias_over = { [4] = 3e7 },
+      exp_over = { slot = lib.QG_W_BX, exps = { [4] = -18 } }, name = "unit 4's bias 3e7: the general cell for it" },
     -- W x: with int8 W and x the grid kernel's inference and training forwards take cuBLASLt's
     -- plane products and add the zero-point terms bconst[j] + offW[j] SX[tn] themselves
     -- (int_gru.cu "W x on cuBLASLt"; SX staged in shared memory by cp.async a step ahead); the
@@ -1069,6 +1075,10 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
                      c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or "",
                      c.name and (" (" .. c.name .. ")") or ""), function()
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+      if c.bias_over then   -- float bias values replaced after calibration (exp_over sets their exponents)
+        w.bx = w.bx:clone()
+        for j, v in pairs(c.bias_over) do w.bx:set(j, v) end
+      end
       local inp = inputs(c, w)
       local ref = cpu_reference(c, lq, w, inp, c.exp_over)
       local gpu_ctx = clib.context("cuda")
