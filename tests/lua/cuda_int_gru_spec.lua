@@ -114,6 +114,18 @@ local function layer_on(dev, lq, C, H, exp_over)
   return h
 end
 
+-- A unit outside every form of the 32-bit cell (int_gru_cell.h qg_cell32_sum): channel j of
+-- weight.bx (gate z of unit j) set to 3e7 at exponent -18, code 114, so z_pre's sum would reach
+-- 2^31 at any common scale; the 64-bit cell still holds it. Returns the weights (bx copied) and
+-- the exp_over for layer_on.
+local function bias_outside_32(w, j)
+  local w2 = {}
+  for k, v in pairs(w) do w2[k] = v end
+  w2.bx = w.bx:clone()
+  w2.bx:set(j, 3e7)
+  return w2, { slot = lib.QG_W_BX, exps = { [j] = -18 } }
+end
+
 local function copy_to(t, dev) return t and Tensor.new(t:shape(), t:dtype(), dev):copy(t) or nil end
 
 local function new_stats(dev)
@@ -835,12 +847,12 @@ gpu_describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", fu
   end
 
   it("int8 with one unit's bias outside the 32-bit bounds: its CTA runs the general cell (device flag), same bytes", function()
-    -- weight.bw channel 4 (gate z of unit 4) at exponent 31: its nonzero bias code would have to
-    -- be aligned 20+ bits finer than W x, past the 32-bit cell's 2^29 (qg_cell32_unit refuses
+    -- weight.bx channel 4 (gate z of unit 4) at 3e7 (bias_outside_32: qg_cell32_unit refuses
     -- that unit only); the 64-bit cell still holds
     local c = { seed = 46, T = 5, N = 17, C = 5, H = 130, h0 = true, lengths = true, reverse = true }
     local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
-    compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+    local wb, over = bias_outside_32(w, 4)
+    compare(c, lq, wb, over, lib.QG_CELL_64)
   end)
 
   -- The tensor-core step kernel (the per-step recurrence large H takes) in the 32-bit mode: auto
@@ -888,10 +900,11 @@ gpu_describe("integer GRU on CUDA: the persistent kernel's 32-bit cell #gpu", fu
 
   it("int8, the tensor-core step with one unit's bias outside the 32-bit bounds: the general cell for it (device flag), same bytes",
      function()
-    -- as above: weight.bw channel 4 at exponent 31 (unit 4, in the first unit tile)
+    -- as above: weight.bx channel 4 at 3e7 (unit 4, in the first unit tile)
     local c = { seed = 54, T = 5, N = 70, C = 5, H = 300, h0 = true, lengths = true, reverse = true }
     local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
-    compare_step(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+    local wb, over = bias_outside_32(w, 4)
+    compare_step(c, lq, wb, over, lib.QG_CELL_64)
   end)
 end)
 
@@ -977,12 +990,13 @@ gpu_describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu
   end
 
   it("a unit's bias outside the 32-bit bounds: its CTA runs the general loop (device flag, cell path 64), same bytes", function()
-    -- weight.bw channel 4 at exponent 31, as in the persistent kernel's test above
+    -- weight.bx channel 4 at 3e7, as in the persistent kernel's test above
     for _, c in ipairs({ { seed = 71, T = 5, N = 17, C = 5, H = 64, h0 = true, lengths = true, reverse = true, rows = 2 },
                          { seed = 72, T = 4, N = 3, C = 7, H = 7, lengths = true, rows = 1, cfg = u8rh },
                          { seed = 79, T = 5, N = 3, C = 7, H = 45, h0 = true, lengths = true, reverse = true, rows = 1, ws = true } }) do
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
-      compare(c, lq, w, { slot = lib.QG_W_BX, exps = { [4] = 31 } }, lib.QG_CELL_64)
+      local wb, over = bias_outside_32(w, 4)
+      compare(c, lq, wb, over, lib.QG_CELL_64)
     end
   end)
 
@@ -1039,10 +1053,9 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
     -- exact alignment would shift W x past 2^29, the sticky form of qg_cell32_sum holds it
     { seed = 63, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_32,
       exp_over = { slot = lib.QG_W_BX, exps = { [4] = 31 } }, name = "unit 4's bias at 2^-31: the 32-bit cell's sticky alignment" },
-    -- a bias of 3e7 (code 114 at 2^18): no 32-bit form holds z_pre's sum, the general cell runs
-    -- for that unit only
-    { seed = 67, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64, bias_over = { [4] = 3e7 },
-      exp_over = { slot = lib.QG_W_BX, exps = { [4] = -18 } }, name = "unit 4's bias 3e7: the general cell for it" },
+    -- bias_outside_32: no 32-bit form holds unit 4's z_pre sum, the general cell runs for it only
+    { seed = 67, T = 3, N = 17, C = 5, H = 1030, lengths = true, want = lib.QG_CELL_64, outside32 = 4,
+      name = "unit 4's bias 3e7: the general cell for it" },
     -- W x: with int8 W and x the grid kernel's inference and training forwards take cuBLASLt's
     -- plane products and add the zero-point terms bconst[j] + offW[j] SX[tn] themselves
     -- (int_gru.cu "W x on cuBLASLt"; SX staged in shared memory by cp.async a step ahead); the
@@ -1075,19 +1088,17 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
                      c.T, c.N, c.C, c.H, c.h0 and " h0" or "", c.lengths and " lengths" or "", c.reverse and " reverse" or "",
                      c.name and (" (" .. c.name .. ")") or ""), function()
       local lq, w = calibrated(c.seed, c.cfg and c.cfg() or uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
-      if c.bias_over then   -- float bias values replaced after calibration (exp_over sets their exponents)
-        w.bx = w.bx:clone()
-        for j, v in pairs(c.bias_over) do w.bx:set(j, v) end
-      end
+      local exp_over = c.exp_over
+      if c.outside32 then w, exp_over = bias_outside_32(w, c.outside32) end
       local inp = inputs(c, w)
-      local ref = cpu_reference(c, lq, w, inp, c.exp_over)
+      local ref = cpu_reference(c, lq, w, inp, exp_over)
       local gpu_ctx = clib.context("cuda")
       for _, run in ipairs({ { path = "auto" }, { path = "persistent" }, { path = "auto", shape = true } }) do
         local what = run.path .. (run.shape and " (forced shape: tc_step_kernel)" or " (tc_grid_kernel)")
         if run.shape then check(gpu_ctx, lib.qg_ctx_set_persist_shape(gpu_ctx, 1, 1, 0, 0)) end
         local ok, err = pcall(function()
           with_path(run.path, function()
-            local hg = layer_on("cuda", lq, c.C, c.H, c.exp_over)
+            local hg = layer_on("cuda", lq, c.C, c.H, exp_over)
             local o = forward("cuda", hg, inp, true)
             for _, k in ipairs({ "xq", "xmask", "hq", "cell", "y", "hn" }) do same(o[k], ref[k], what .. " " .. k) end
             assert.are.equal(c.want, lib.qg_int_gru_cell_path(hg), what .. ": cell path after the training forward")
