@@ -103,6 +103,7 @@
 #include <cublasLt.h>
 #include <type_traits>   /* std::integral_constant: tc_grid_kernel's cell variants */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <mutex>
 #include <type_traits>
@@ -1723,6 +1724,57 @@ static qg_status tg_choose(qg_ctx *ctx, const char *fn, int wide, int save, int 
   return QG_OK;
 }
 
+#if TG_TIMELINE
+/* experiment builds only: medians over blocks and steps 10..T-10 of tc_grid_kernel's stamps */
+static int tl_cmp(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
+static double tl_med(double *v, int n) { qsort(v, n, sizeof *v, tl_cmp); return n ? v[n / 2] : 0; }
+static void tg_timeline_print(cudaStream_t st, int gx, int gy, int64_t T) {
+  static unsigned long long h[TG_TL_B * TG_TL_S * 2 * TG_TL_E];
+  cudaStreamSynchronize(st);
+  cudaMemcpyFromSymbol(h, tg_tl, sizeof h);
+  const int nb = gx * gy < (int)TG_TL_B ? gx * gy : (int)TG_TL_B, s0 = 10, s1 = (int)(T < (int64_t)TG_TL_S ? T : (int64_t)TG_TL_S) - 10;
+  if (s1 <= s0) return;
+  auto at = [&](int b, int s, int x, int e) -> double { return (double)h[((b * TG_TL_S + s) * 2 + x) * TG_TL_E + e]; };
+  static const char *names[] = {"wake (poll seen -> buffer free)", "h copy", "R h (mma)", "tile sums", "tiles -> cells", "cells",
+                                "h stores + barrier + release", "straggle (last release - median release of the group)",
+                                "propagation (last release of the group -> poll seen)", "step period (cells start, half 0)",
+                                "cells idle (end of a half's cells -> next half's start)"};
+  const int nd = 11;
+  double *v = (double *)malloc(sizeof(double) * (size_t)nb * (size_t)(s1 - s0) * 2);
+  for (int d = 0; d < nd; d++) {
+    int n = 0;
+    for (int b = 0; b < nb; b++)
+      for (int s = s0; s < s1; s++)
+        for (int x = 0; x < 2; x++) {
+          double val;
+          const int g0 = (b / gx) * gx;
+          double mx = 0, rel[64];
+          int nr = 0;
+          if (d == 7 || d == 8) {
+            for (int c = g0; c < g0 + gx && c < nb; c++) { const double t = at(c, s - 1, x, 7); if (t > mx) mx = t; if (nr < 64) rel[nr++] = t; }
+          }
+          switch (d) {
+            case 0: val = at(b, s, x, 1) - at(b, s, x, 0); break;
+            case 1: val = at(b, s, x, 2) - at(b, s, x, 1); break;
+            case 2: val = at(b, s, x, 3) - at(b, s, x, 2); break;
+            case 3: val = at(b, s, x, 4) - at(b, s, x, 3); break;
+            case 4: val = at(b, s, x, 5) - at(b, s, x, 4); break;
+            case 5: val = at(b, s, x, 6) - at(b, s, x, 5); break;
+            case 6: val = at(b, s, x, 7) - at(b, s, x, 6); break;
+            case 7: val = mx - tl_med(rel, nr); break;
+            case 8: val = at(b, s, x, 0) - mx; break;
+            case 9: if (x) continue; val = at(b, s, 0, 5) - at(b, s - 1, 0, 5); break;
+            default: val = x ? at(b, s, 1, 5) - at(b, s, 0, 6) : at(b, s, 0, 5) - at(b, s - 1, 1, 6); break;
+          }
+          v[n++] = val;
+        }
+    const double med = tl_med(v, n), p90 = v[(int)(n * 0.9)];
+    fprintf(stderr, "tg_timeline %-58s median %8.0f ns  p90 %8.0f ns\n", names[d], med, p90);
+  }
+  free(v);
+}
+#endif
+
 extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
                                              const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
                                              const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
@@ -2041,6 +2093,9 @@ extern "C" qg_status qg_cuda_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tens
       QG_CUDA_CHECK(ctx, fn, cudaFuncSetAttribute((const void *)gk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gsmem));
       void *args[1] = {&gp};
       QG_CUDA_CHECK(ctx, fn, cudaLaunchCooperativeKernel((const void *)gk, grid, dim3(TS_THREADS), args, gsmem, st));
+#if TG_TIMELINE
+      if (!saved && getenv("QGRU_TG_TIMELINE")) tg_timeline_print(st, grid.x, grid.y, T);
+#endif
     } else {
       for (int64_t s = 0; s < T && NH > 0; s++) {
         void *args[2] = {&tp, &s};

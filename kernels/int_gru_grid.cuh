@@ -25,8 +25,8 @@
  *      acquire load before its arrival on the half's "buffer free" mbarrier (below: the roles'
  *      mbarriers);
  *   2. copy the half's rows of the h plane (all K) from L2 into the half's buffer with cp.async
- *      in TG_KQ groups and run R h on mma.sync m16n8k32 (ldmatrix fragments) as each group lands
- *      (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
+ *      in KQ groups (two in training, one in inference) and run R h on mma.sync m16n8k32
+ *      (ldmatrix fragments) as each group lands (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
  *      codes for the zero-point term from the same B fragments (__dp4a);
  *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
  *      the cell warps ("tiles ready");
@@ -81,7 +81,28 @@
 #ifndef TG_SKIP
 #define TG_SKIP 0
 #endif
-enum { TG_KQ = 2, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_C = 2 };
+/* TG_TIMELINE (experiment builds only): %globaltimer stamps per (block, step, half, event) into
+ * tg_tl, summarized by the host after the launch (int_gru.cu) */
+#ifndef TG_TIMELINE
+#define TG_TIMELINE 0
+#endif
+#if TG_TIMELINE
+enum { TG_TL_B = 128, TG_TL_S = 100, TG_TL_E = 8 };
+__device__ unsigned long long tg_tl[TG_TL_B * TG_TL_S * 2 * TG_TL_E];
+__device__ __forceinline__ unsigned long long tg_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define TG_STAMP(s, x, ev)                                                                          \
+  do {                                                                                              \
+    const int b_ = blockIdx.y * gridDim.x + blockIdx.x;                                             \
+    if (b_ < TG_TL_B && (s) < TG_TL_S) tg_tl[((b_ * TG_TL_S + (int)(s)) * 2 + (x)) * TG_TL_E + (ev)] = tg_now(); \
+  } while (0)
+#else
+#define TG_STAMP(s, x, ev) do { } while (0)
+#endif
+enum { TG_KQ = 2 /* copy groups at most (KQ) */, TG_WARPS_K = 4, TG_HALF = TS_N / 2, TG_PT = TS_THREADS / 2, TG_BAR_C = 2 };
 static_assert(TS_THREADS - TG_PT == TG_PT && TG_HALF == 32,
               "mb_free counts TG_PT cell threads; the h copy (8 threads a row) and R h (4 n8 tiles) take 32 rows a half");
 
@@ -175,13 +196,18 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
   __syncthreads();   /* R, Ps, the tables, the lengths, wzs, the mbarriers */
 
   if (tid < TG_PT) {
-    /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in TG_KQ
+    /* ---- the product warps: per (step, half) the wait for the half's group, the h copy in KQ
      * groups with R h on mma.sync as each lands (8 warps: 4 K groups x 2 x 48 rows x all 32 rows
      * of the half), the per-row sums of the h codes, the K groups' sums into the half's two
      * tiles (two passes), then the tiles' arrival for the cell warps */
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int kg = warp >> 1, wm = warp & 1;
     const int nks = (int)(Kp / 32);   /* k steps of 32 columns */
+    /* copy groups: two in training (R h starts on the first half of K while the second lands),
+     * one in inference, where the second group's wait cost more than the overlap gave
+     * (bench/cuda_int_gru.md, session 31: inference 1.086-1.093 -> 1.071-1.074 ms at large, the
+     * training forward 1.267-1.270 -> 1.305-1.311 with one) */
+    constexpr int KQ = SAVE ? 2 : 1;
     /* the h copy: thread t takes row t / 8 of the half, 16-byte chunk columns t % 8 + 8 j */
     const int crow = tid >> 3, ccol = (tid & 7) * 16;
     const uint32_t cdst = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)(TS_M * rld) + (uint32_t)(crow * rld + ccol);
@@ -199,15 +225,17 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             const int32_t *b = gp.bar + blockIdx.y * 2 + x;
             while (ld_acquire_gpu(b) < want) {
             }
+            TG_STAMP(s, x, 0);
             mb_arrive(&mb_free[x]);
           }
           mb_wait(&mb_free[x], (int)((s - 1) & 1));   /* the group's h, and this block's cells have read the tiles */
         }
+        if (tid == 0) TG_STAMP(s, x, 1);
         const int8_t *Hg = p.Hp + ((int64_t)cur * Np + n0 + x * TG_HALF) * Kp + csrc;
         const uint32_t Hd = cdst + (uint32_t)(x * hbytes);
 #pragma unroll
-        for (int q = 0; q < TG_KQ; q++) {
-          const int b0 = (q * nks / TG_KQ) * 32, b1 = ((q + 1) * nks / TG_KQ) * 32;   /* the group's bytes of a row */
+        for (int q = 0; q < KQ; q++) {
+          const int b0 = (q * nks / KQ) * 32, b1 = ((q + 1) * nks / KQ) * 32;   /* the group's bytes of a row */
           for (int b = b0; b + ccol < b1; b += 128) cp_async16_s(Hd + b, Hg + b);
           cp_async_mb_arrive(&mb_full[x * TG_KQ + q]);   /* arrives once this thread's copies so far have landed */
         }
@@ -220,9 +248,10 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             for (int e = 0; e < 4; e++) acc[a][b][e] = 0;
         int32_t rs[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int q = 0; q < TG_KQ; q++) {
+        for (int q = 0; q < KQ; q++) {
           mb_wait(&mb_full[x * TG_KQ + q], (int)(s & 1));   /* group q landed for every product thread */
-          const int k0 = q * nks / TG_KQ, k1 = (q + 1) * nks / TG_KQ;
+          if (tid == 0 && q == KQ - 1) TG_STAMP(s, x, 2);
+          const int k0 = q * nks / KQ, k1 = (q + 1) * nks / KQ;
           for (int ks = k0 + kg; ks < (TG_SKIP == 2 ? k0 : k1); ks += TG_WARPS_K) rh_k32<4>(acc, rs, Rs, Hs, wm * 48, 0, rld, ks * 32, wm == 0);
         }
         if (wm == 0) {   /* the row sums: lanes tq of a row, then one store per K group */
@@ -236,6 +265,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         }
         mb_arrive(&mb_prod);   /* every product done: the h buffer becomes the tiles; */
         mb_wait(&mb_prod, x);  /* one phase per (step, half): 2 s + x */
+        if (tid == 0) TG_STAMP(s, x, 3);
         /* the K groups' sums: groups 0, 1 store into tiles 0, 1, then groups 2, 3 add */
         for (int pass = 0; pass < 2; pass++) {
           if ((kg >> 1) == pass) {
@@ -255,6 +285,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           if (pass == 0 && (kg >> 1) == 0) mb_arrive(&mb_pair[(kg & 1) * 2 + wm]);
         }
         mb_arrive(&mb_tiles[x]);   /* the half's tiles and row sums are ready */
+        if (tid == 0) TG_STAMP(s, x, 4);
       }
     }
     return;
@@ -325,6 +356,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
     for (int x = 0; x < 2; x++) {
       const int32_t *tile = (const int32_t *)hbuf(x);
       mb_wait(&mb_tiles[x], (int)(s & 1));   /* the half's tiles of step s */
+      if (ct == 0) TG_STAMP(s, x, 5);
       /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
       if (fold)
 #pragma unroll
@@ -422,6 +454,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           php[x][q] = hnew;
         }
       }
+      if (ct == 0) TG_STAMP(s, x, 6);
       if (s + 1 < T) mb_arrive(&mb_free[x]);   /* the half's tiles and row sums are read */
 #pragma unroll
       for (int q = 0; q < RPT; q++) {   /* the next step's h: saved codes, hn, the int8 plane */
@@ -435,6 +468,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       if (s + 1 < T) {
         bar_sync_named(TG_BAR_C, TG_PT);   /* every cell of the half written (it orders global stores only) */
         if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
+        if (ct == 0) TG_STAMP(s, x, 7);
       }
     }
   }
