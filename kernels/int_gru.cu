@@ -106,7 +106,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <mutex>
-#include <type_traits>
 
 namespace cg = cooperative_groups;
 

@@ -26,8 +26,9 @@
  *      mbarriers);
  *   2. copy the half's rows of the h plane (all K) from L2 into the half's buffer with cp.async
  *      in KQ groups (two in training, one in inference) and run R h on mma.sync m16n8k32
- *      (ldmatrix fragments) as each group lands (8 warps: 4 K groups x 2 x 48 rows of R x the half's 32 rows), the per-row sums of the h
- *      codes for the zero-point term from the same B fragments (__dp4a);
+ *      (ldmatrix fragments) as each group lands (8 warps: 4 K groups x 2 x 48 rows of R x the
+ *      half's 32 rows), the per-row sums of the h codes for the zero-point term from the same B
+ *      fragments (__dp4a);
  *   3. add the K groups' partial sums into two tiles in the same buffer (two passes) and signal
  *      the cell warps ("tiles ready");
  *   the cell warps
