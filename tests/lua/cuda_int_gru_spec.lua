@@ -1043,6 +1043,11 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
   -- same shape: all three runs give the CPU's bytes.
   local GRID = {
     { seed = 61, T = 3, N = 66, C = 9, H = 1030, h0 = true, lengths = true, reverse = true, want = lib.QG_CELL_32 },
+    -- H = 1024, the bench's large shape: K = H with no padding (Kp = 1024; the H = 1030 cases pad
+    -- K to 1088), two batch groups, the second partial. Auto takes tc_grid_kernel here as well
+    -- (ncu, bench/gpu_runs/s32_ld_h200_ncu1024.csv)
+    { seed = 68, T = 3, N = 70, C = 9, H = 1024, h0 = true, lengths = true, want = lib.QG_CELL_32,
+      name = "H = 1024: K unpadded" },
     { seed = 62, T = 4, N = 3, C = 5, H = 1030, h0 = true, want = lib.QG_CELL_32,
       name = "8-bit unsigned asymmetric R and h (the zero-point term of the h row sums)",
       cfg = function()
