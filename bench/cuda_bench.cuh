@@ -1,14 +1,16 @@
 /*
  * cuda_bench.cuh: what the standalone GPU bench programs (bench/*.cu) share: error checks that
  * print the failing call and exit (CK for the runtime, BK for cuBLAS), median_call_ms (the median
- * of single calls timed with CUDA events), and time_ms, the same over 30 calls after the clocks
- * have ramped up (an idle H200 sits at 345 MHz: the function runs for 0.3 s first, else the first
- * calls' times were 2.5x the in-loop ones). Bench programs only: the library returns status codes instead.
+ * of single calls timed with CUDA events), warm_up (runs a call until the clocks have ramped up:
+ * an idle H200 sits at 345 MHz, and the first calls' times were 2.5x the in-loop ones), time_ms
+ * (the median of 30 calls after 0.3 s of warm_up), and lt_heuristic (cuBLASLt's heuristic
+ * configurations for a matmul). Bench programs only: the library returns status codes instead.
  */
 #ifndef QGRU_CUDA_BENCH_CUH
 #define QGRU_CUDA_BENCH_CUH
 
 #include <algorithm>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -35,19 +37,38 @@ static float median_call_ms(F f, cudaStream_t st, int reps, int warm) {
   return median(t);
 }
 
+/* Runs f (in bursts of 20) until about budget_ms of device time have passed: the clocks ramp up. */
 template <class F>
-static float time_ms(F f, cudaStream_t st) {
+static void warm_up(F f, cudaStream_t st, float budget_ms) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  float warm = 0;
-  while (warm < 300.0f) {
+  float ms = 0;
+  while (ms < budget_ms) {
     CK(cudaEventRecord(a, st));
     for (int i = 0; i < 20; i++) f();
     CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float m; CK(cudaEventElapsedTime(&m, a, b)); warm += m;
+    float m; CK(cudaEventElapsedTime(&m, a, b)); ms += m;
   }
   CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
+}
+
+template <class F>
+static float time_ms(F f, cudaStream_t st) {
+  warm_up(f, st, 300.0f);
   return median_call_ms(f, st, 30, 0);
+}
+
+/* cuBLASLt's heuristic for the matmul md (layouts la, lb, and lc for C and D), with a workspace of
+ * at most wsb bytes: its first n configurations into res; returns how many it gave. */
+static int lt_heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t md, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                        cublasLtMatrixLayout_t lc, size_t wsb, int n, cublasLtMatmulHeuristicResult_t *res) {
+  cublasLtMatmulPreference_t pref;
+  BK(cublasLtMatmulPreferenceCreate(&pref));
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+  int got = 0;
+  BK(cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, n, res, &got));
+  BK(cublasLtMatmulPreferenceDestroy(pref));
+  return got;
 }
 
 #endif

@@ -23,8 +23,7 @@
 #include <string.h>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define BK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); exit(1); } } while (0)
+#include "cuda_bench.cuh"   /* CK, BK, median_call_ms, warm_up, lt_heuristic */
 
 /* A column-major product C[m, n] = op(A) op(B) (+ beta C), as cublasGemmEx takes it. */
 struct prod {
@@ -44,52 +43,6 @@ static float *dev_random(size_t n, unsigned seed) {
   CK(cudaMalloc(&d, n * 4));
   CK(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
   return d;
-}
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-static float time_ms(F f, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; i++) f();
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, st));
-    f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return median(t);
-}
-
-/* Runs f until ~budget_ms of device time have passed (clock ramp-up). */
-template <class F>
-static void warm_up(F f, cudaStream_t st, float budget_ms) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  float ms = 0;
-  while (ms < budget_ms) {
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < 20; i++) f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float m;
-    CK(cudaEventElapsedTime(&m, a, b));
-    ms += m;
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
 }
 
 static std::vector<float> fetch(const float *d, size_t n) {
@@ -192,7 +145,7 @@ int main() {
     run_ex(out);
     CK(cudaStreamSynchronize(st));
     std::vector<float> ref = fetch(out, outn);
-    const float tex = time_ms([&] { run_ex(out); }, st);
+    const float tex = median_call_ms([&] { run_ex(out); }, st, 30, 5);
     printf("\n## %s: m %d n %d k %d batch %d, %.2f GFLOP\n", p.name, p.m, p.n, p.k, p.batch, gflop);
     printf("cublasGemmEx%s: %.4f ms (%.0f TFLOPS)\n", p.batch > 1 ? " strided-batched" : "", tex, gflop / tex);
 
@@ -213,12 +166,8 @@ int main() {
       BK(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &p.sb, sizeof p.sb));
       BK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &p.sc, sizeof p.sc));
     }
-    cublasLtMatmulPreference_t pref;
-    BK(cublasLtMatmulPreferenceCreate(&pref));
-    BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t res[32];
-    int got = 0;
-    BK(cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 32, res, &got));
+    const int got = lt_heuristic(lt, md, la, lb, lc, wsb, 32, res);
     printf("%-3s %5s %5s %6s %6s %6s %7s %9s %8s %6s %10s\n", "#", "algo", "tile", "splitK", "redux", "stages", "cluster", "ms",
            "TFLOPS", "same", "rel diff");
     for (int r = 0; r < got; r++) {
@@ -235,13 +184,12 @@ int main() {
       const int same = memcmp(a.data(), b.data(), outn * 4) == 0;
       const double rd = rel_diff(a, ref);
       warm_up([&] { run_lt(out); }, st, 30.0f);
-      const float t = time_ms([&] { run_lt(out); }, st);
+      const float t = median_call_ms([&] { run_lt(out); }, st, 30, 5);
       printf("%-3d %5d %5d %6d %6d %6d %7d %9.4f %8.0f %6s %10.2e\n", r, cfg(al, CUBLASLT_ALGO_CONFIG_ID),
              cfg(al, CUBLASLT_ALGO_CONFIG_TILE_ID), cfg(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
              cfg(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), cfg(al, CUBLASLT_ALGO_CONFIG_STAGES_ID),
              cfg(al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), t, gflop / t, same ? "yes" : "NO", rd);
     }
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);

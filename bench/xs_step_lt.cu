@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_bench.cuh"   /* CK, BK, median */
+#include "cuda_bench.cuh"   /* CK, BK, median, lt_heuristic */
 
 enum { GROUPS = 2, STEPS = 100 };
 
@@ -245,12 +245,8 @@ int main(int argc, char **argv) {
             }
   }
   /* the heuristic's first 8 as well */
-  cublasLtMatmulPreference_t pref;
-  BK(cublasLtMatmulPreferenceCreate(&pref));
-  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
   cublasLtMatmulHeuristicResult_t hres[8];
-  int nh = 0;
-  BK(cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 8, hres, &nh));
+  const int nh = lt_heuristic(lt, md, la, lb, lc, wsb, 8, hres);
   const size_t heur0 = cfgs.size();
   for (int i = 0; i < nh; i++) {
     config cf = {};
