@@ -61,12 +61,9 @@ __global__ void __launch_bounds__(THREADS, 1) probe_kernel(int method, int8_t *h
       const int it = 2 * s + x, cur = it & 1;
       int8_t *plane = hp + (size_t)cur * 256 * KP;
       // every block stores its 32 units of the half's 32 rows (value: a function of step, row, column)
-      if (tid < 1024) {
-        const int u = tid % 32, r = tid / 32;   // 16 rows a pass: two passes
-        for (int rr = r; rr < HALF; rr += THREADS / 32) {
-          const int row = by * 64 + x * HALF + rr, col = bx * 32 + u;
-          plane[(size_t)row * KP + col] = (int8_t)(it * 7 + row * 3 + col);
-        }
+      for (int rr = tid / 32; rr < HALF; rr += THREADS / 32) {   // thread: unit tid % 32, 16 rows a pass
+        const int row = by * 64 + x * HALF + rr, col = bx * 32 + tid % 32;
+        plane[(size_t)row * KP + col] = (int8_t)(it * 7 + row * 3 + col);
       }
       __syncthreads();
       if (tid == 0) red_release_gpu(bar + by * 2 + x, 1);
