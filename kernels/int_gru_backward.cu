@@ -1112,6 +1112,11 @@ __device__ __forceinline__ double pow2_neg(int e) {
  * holds the products of those rows only: planes of nr rows. */
 enum { STEP_MAX_SLICES = 8 };   /* step_gemm_slices' cap */
 
+/* Where bwd_step1_xs_kernel stores a thread's dq, dp and dL/dh_{s-1} (after its cluster barrier, so
+ * that the barrier's release does not wait on them): step1_unit leaves them to the caller when
+ * given one of these. dp_row < 0: a padded step (no dp written). */
+struct step1_defer { int q_row, p_row; float dn; };
+
 /* The work of bwd_step1_kernel's thread (n, i) (i < H, n in [n0, n0 + nr)): its four bias terms
  * into a (0 for a padded step) and its three dq and dp values into dq3 and dp3 (as written to
  * p.dq and p.dp; a padded step writes no dp and leaves dp3 as it was; PC = 2 leaves both unset). */
@@ -1119,7 +1124,7 @@ template <int PC, int MS = XS_MAX_SLICES>
 __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const float *__restrict__ dd, const float *__restrict__ P,
                                            int nparts, float *__restrict__ dn, void *__restrict__ Hf, const int *__restrict__ xsh,
                                            const long long *__restrict__ xcorr, int n0, int nr, int i, int n, double (&a)[4],
-                                           float (&dq3)[3], float (&dp3)[3]) {
+                                           float (&dq3)[3], float (&dp3)[3], step1_defer *df = nullptr) {
   const int H = (int)p.H, N = (int)p.N, NH = N * H, H3 = 3 * H;
   const int e = n * H + i, se = s * NH + e;
   const int Ln = (int)length_at(p.L, n, p.T);
@@ -1149,8 +1154,10 @@ __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const flo
   if (s >= Ln) {   /* padded step: the gradient passes through, nothing else */
     const float hf = (float)((double)(hq - QH.z) * pow2_neg(QH.e));
     if (PC != 2) {
-      float *dqr = p.dq + qrow;
-      dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      if (!df) {
+        float *dqr = p.dq + qrow;
+        dqr[0] = dqr[H] = dqr[2 * H] = 0.0f;
+      }
       dq3[0] = dq3[1] = dq3[2] = 0.0f;
       if (PC != 4 || Hf) ((float *)Hf)[se] = hf;
     } else {
@@ -1159,7 +1166,8 @@ __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const flo
       dqr[0] = dqr[H] = dqr[2 * H] = dqr[H3] = dqr[H3 + H] = dqr[H3 + 2 * H] = z;
       ((__nv_bfloat16 *)Hf)[se] = __float2bfloat16_rn(hf);   /* exact: the host's split condition */
     }
-    dn[e] = dh;
+    if (df) *df = step1_defer{qrow, -1, dh};
+    else dn[e] = dh;
   } else {
     const int t = p.reverse ? Ln - 1 - s : s;
     const uint32_t *src = (const uint32_t *)(p.cellp + (unsigned)se * (unsigned)p.cb);
@@ -1198,9 +1206,11 @@ __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const flo
     const int prow = (t * N + n) * PW * H3 + i;
     if (PC != 2) {
       if (PC != 4 || Hf) ((float *)Hf)[se] = v.v.hp;   /* PC = 4: NULL where the after-loop GEMMs split too */
-      float *dpr = p.dp + prow, *dqr = p.dq + qrow;
-      dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
-      dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      if (!df) {
+        float *dpr = p.dp + prow, *dqr = p.dq + qrow;
+        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+      }
       dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
       dp3[0] = gr.dp[0]; dp3[1] = gr.dp[1]; dp3[2] = gr.dp[2];
     } else {
@@ -1213,7 +1223,8 @@ __device__ __forceinline__ void step1_unit(const bwd_params &p, int s, const flo
       }
     }
     a[0] = (double)gr.dbx[0]; a[1] = (double)gr.dbx[1]; a[2] = (double)gr.dbx[2]; a[3] = (double)gr.dbr[2];
-    dn[e] = gr.dhprev;
+    if (df) *df = step1_defer{qrow, prow, gr.dhprev};
+    else dn[e] = gr.dhprev;
   }
 }
 
@@ -1289,7 +1300,8 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   griddep_wait();
   double a[4] = {0, 0, 0, 0};
   float dq3[3] = {0.0f, 0.0f, 0.0f}, dp3[3] = {0.0f, 0.0f, 0.0f};
-  if (valid) step1_unit<4, MS>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3);
+  step1_defer df{0, -1, 0.0f};
+  if (valid) step1_unit<4, MS>(p, s, dd, (const float *)P, nparts, dn, Hf, xsh, xcorr, n0, nr, i, n, a, dq3, dp3, &df);
   cp_async_wait_all();
   block_bias_sums<int, XF_X>(sh, a[0], a[1], a[2], a[3], s, H, i, sp, (int)(n0 / BS_Y + blockIdx.y), chunks);   /* a block barrier */
   /* the row maxima of |dq 2^-ke| (xs_rows_kernel's m): the warp (one row), the block, the cluster */
@@ -1317,6 +1329,15 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   }
   cluster_arrive();
   cluster_wait();   /* every block's maxima are here (and cm is complete) */
+  if (valid) {   /* dq, dp and dL/dh_{s-1}, stored after the barrier (step1_defer) */
+    float *dqr = p.dq + (unsigned)df.q_row;
+    dqr[0] = dq3[0]; dqr[H] = dq3[1]; dqr[2 * H] = dq3[2];
+    if (df.p_row >= 0) {
+      float *dpr = p.dp + (unsigned)df.p_row;
+      dpr[0] = dp3[0]; dpr[H] = dp3[1]; dpr[2 * H] = dp3[2];
+    }
+    dn[(unsigned)(n * H + i)] = df.dn;
+  }
   if (kmx && ty < 6 && i < H) {   /* the block's column maxima over its rows, by integer atomicMax (order-free) */
     float v = 0.0f;
 #pragma unroll
@@ -1394,19 +1415,32 @@ __global__ void add_xs_kernel(const float *dd, const int32_t *P, int slices, con
 /* The bias gradients from the step sums sp [T][chunks][4][H]: column c of 4H sums its T chunks
  * entries, numbered q = 0, 1, ... (s = T - 1 - q / chunks, chunk q % chunks: the CPU's
  * steps-descending order), over BF_Y lanes (lane l: q = l, l + BF_Y, ..., in order), then the
- * lanes in order, in double; dbx += M_bx (z, r, g sums), dbr += M_br (z, r, Rh_g + br_g sums). */
-enum { BF_X = 32, BF_Y = 32 };
+ * lanes in order, in double; dbx += M_bx (z, r, g sums), dbr += M_br (z, r, Rh_g + br_g sums).
+ * Each lane issues BF_U loads before adding them (in order); the index arithmetic in U: unsigned
+ * where T chunks 4 H < 2^32 (the host's choice), else 64-bit. (One 64-bit division a load and one
+ * load in flight a lane made it latency-bound: 64 us for the 105 MB of the large shape's sums,
+ * H200, ncu, session 27.) */
+enum { BF_X = 32, BF_Y = 32, BF_U = 8 };
 
+template <typename U>
 __global__ void __launch_bounds__(BF_X * BF_Y) bias_steps_kernel(const double *__restrict__ sp, int64_t T, int64_t chunks, int64_t H,
                                                                   const uint8_t *mbx, const uint8_t *mbr, float *dbx, float *dbr) {
   __shared__ double sh[BF_Y][BF_X + 1];
-  const int64_t c = blockIdx.x * (int64_t)BF_X + threadIdx.x, Q = T * chunks, H4 = 4 * H;
+  const int64_t c = blockIdx.x * (int64_t)BF_X + threadIdx.x, H4 = 4 * H;
+  const U Q = (U)(T * chunks), uc = (U)chunks, uT = (U)T, uH = (U)H;
   double v = 0;
   if (c < H4) {
-    const int64_t k = c / H, i = c - k * H;
-    for (int64_t q = threadIdx.y; q < Q; q += BF_Y) {
-      const int64_t s = T - 1 - q / chunks, ch = q % chunks;
-      v += sp[((s * chunks + ch) * 4 + k) * H + i];
+    const U k = (U)(c / H), i = (U)c - k * uH;
+    for (U q0 = threadIdx.y; q0 < Q; q0 += BF_Y * BF_U) {
+      double w[BF_U];
+#pragma unroll
+      for (int u = 0; u < BF_U; u++) {
+        const U q = q0 + (U)(u * BF_Y), s = uT - 1 - q / uc, ch = q % uc;
+        w[u] = q < Q ? sp[((s * uc + ch) * 4 + k) * uH + i] : 0.0;
+      }
+#pragma unroll
+      for (int u = 0; u < BF_U; u++)
+        if (q0 + (U)(u * BF_Y) < Q) v += w[u];
     }
   }
   sh[threadIdx.y][threadIdx.x] = v;
@@ -1419,6 +1453,15 @@ __global__ void __launch_bounds__(BF_X * BF_Y) bias_steps_kernel(const double *_
   if (k < 3) dbx[k * H + i] += mbx[k * H + i] ? f : 0.0f;
   if (k < 2) dbr[k * H + i] += mbr[k * H + i] ? f : 0.0f;
   if (k == 3) dbr[2 * H + i] += mbr[2 * H + i] ? f : 0.0f;
+}
+
+/* dbx, dbr += the bias gradients from the step sums sp [T][chunks][4][H] (bias_steps_kernel), on st. */
+static qg_status bias_steps(qg_ctx *ctx, const char *fn, cudaStream_t st, const double *sp, int64_t T, int64_t chunks, int64_t H,
+                            const qg_int_gru *g, qg_tensor *dbx, qg_tensor *dbr) {
+  const auto f = T * chunks * 4 * H < ((int64_t)1 << 32) ? bias_steps_kernel<unsigned> : bias_steps_kernel<uint64_t>;
+  f<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(sp, T, chunks, H, g->mask[QG_W_BX], g->mask[QG_W_BR], (float *)dbx->data,
+                                                             (float *)dbr->data);
+  return qg_cuda_launched(ctx, fn);
 }
 
 /* Rows per thread of bwd_step_kernel: one (two rows per thread, 512 blocks at large, ran 12.2 us
@@ -1965,6 +2008,39 @@ static qg_status step_loop_body(void *arg) {
   return QG_OK;
 }
 
+/* A timing-only experiment build (-DXS_TIMELINE=1; never in normal builds): CUDA events at the
+ * strict backward's phases on their streams, printed to stderr after each call as ms from the
+ * call's start (the call then waits for its work). */
+#if XS_TIMELINE
+static cudaEvent_t xs_tl_ev[24];
+static const char *xs_tl_name[24];
+static int xs_tl_n;
+static void xs_tl(const char *name, cudaStream_t s) {
+  if (xs_tl_n >= 24) return;
+  if (!xs_tl_ev[xs_tl_n]) cudaEventCreate(&xs_tl_ev[xs_tl_n]);
+  xs_tl_name[xs_tl_n] = name;
+  cudaEventRecord(xs_tl_ev[xs_tl_n++], s);
+}
+static void xs_tl_print(void) {
+  if (xs_tl_n == 0) return;
+  cudaEventSynchronize(xs_tl_ev[xs_tl_n - 1]);
+  cudaDeviceSynchronize();
+  fprintf(stderr, "xs_timeline");
+  for (int k = 1; k < xs_tl_n; k++) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, xs_tl_ev[0], xs_tl_ev[k]);
+    fprintf(stderr, " %s %.3f", xs_tl_name[k], ms);
+  }
+  fprintf(stderr, "\n");
+  xs_tl_n = 0;
+}
+#define XS_TL(name, s) xs_tl(name, s)
+#define XS_TL_PRINT() xs_tl_print()
+#else
+#define XS_TL(name, s) ((void)0)
+#define XS_TL_PRINT() ((void)0)
+#endif
+
 extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
                                               qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
                                               const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
@@ -1977,6 +2053,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
   const qg_qp QX = cq->a[QG_Q_INPUT_X], QH = cq->a[QG_Q_OUTPUT_H];
   const int64_t chunks = (TN + BIAS_CHUNK - 1) / BIAS_CHUNK;
   const int path = ctx->kernel_path;
+  XS_TL("start", st);
 
   /* the recurrence's path (before any work is queued) */
   bp_plan pc;
@@ -2195,7 +2272,9 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       if (side_dx) { L.dx = (float *)dx->data; L.xmask = (const uint8_t *)saved->xmask->data; }
     }
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
+    XS_TL("loop0", st);
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
+    XS_TL("loop", st);
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
     if (slices && xs_step) {   /* plus the last step's product */
       for (int gi = 0; gi < groups; gi++) {   /* the row groups' products: planes of nr rows each */
@@ -2214,10 +2293,8 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       QG_CHECK(qg_cuda_launched(ctx, fn));
       float *tmp = dh; dh = dh_next; dh_next = tmp;
     }
-    bias_steps_kernel<<<qg_cuda_blocks(4 * H, BF_X), dim3(BF_X, BF_Y), 0, st>>>(part, T, schunks, H, g->mask[QG_W_BX],
-                                                                                g->mask[QG_W_BR], (float *)dbx->data,
-                                                                                (float *)dbr->data);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CHECK(bias_steps(ctx, fn, st, part, T, schunks, H, g, dbx, dbr));
+    XS_TL("bias", st);
   } else if (pc.WS) {
     bias_rows_kernel<<<qg_cuda_blocks(H3, 128), 128, 0, st>>>(part, N, H, g->mask[QG_W_BX], g->mask[QG_W_BR], (float *)dbx->data,
                                                               (float *)dbr->data);
@@ -2266,10 +2343,13 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco + H3, 0, (size_t)H3 * 8, ax));
     xs_cols_kernel<<<cg, tb, 0, ax>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+    XS_TL("ax_dpsplit", ax);
     QG_CHECK(xs_gemm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, PW, DpT, xT, XS_DIGITS * H3, C, TNp, 1));
+    XS_TL("ax_dW", ax);
     xs_combine_kernel<<<qg_cuda_blocks(H3 * C, 256), 256, 0, ax>>>((float *)dW->data, PW, 1, csh + H3, cco + H3, g->mask[QG_W_W], H3, C,
                                                                    (int)QX.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+    XS_TL("ax_dWcomb", ax);
     /* main: dR = dq^T h~, then dx = dp W~ (h's codes, the column maxima and dx: the loop's side stream, where sc) */
     if (!sc) {
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H, XS_TILE)), tb, 0, st>>>(hT, bp.hq, TN, H, TNp, offH);
@@ -2281,15 +2361,20 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)H3 * 8, st));
     xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+    XS_TL("dqsplit", st);
     QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PR, DqT, hT, XS_DIGITS * H3, H, TNp, 1));
+    XS_TL("dR", st);
     xs_combine_kernel<<<qg_cuda_blocks(H3 * H, 256), 256, 0, st>>>((float *)dR->data, PR, 1, csh, cco, g->mask[QG_W_R], H3, H, (int)QH.e, 1);
     QG_CHECK(qg_cuda_launched(ctx, fn));
+    XS_TL("dRcomb", st);
     if (dx && !side_dx) {
       xs_codes_t_kernel<<<dim3(qg_cuda_blocks(H3p, XS_TILE), qg_cuda_blocks(C, XS_TILE)), tb, 0, st>>>(WT, g->codes[QG_W_W], H3, C, H3p, offW);
       QG_CHECK(xs_dx_rows(ctx, fn, st, qg_cuda_blas(ctx), (float *)dx->data, dp, (const uint8_t *)saved->xmask->data, Dp, rsh, rco, PX, WT,
                           g->w_exp[QG_W_W], g->w_zp[QG_W_W], offW, H3, H3p, C, 0, TN));
     }
     QG_CHECK(qg_cuda_join_aux(ctx, fn));
+    XS_TL("end", st);
+    XS_TL_PRINT();
   } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
      * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
