@@ -64,7 +64,7 @@ static inline unsigned qg_cuda_blocks(int64_t n, int d) { return (unsigned)((n +
  * and launches that, later ones launch the graph. The key (at most QG_CUDA_GRAPH_KEY bytes, else
  * the body always runs directly) must hold everything the captured work depends on: every pointer,
  * size and kernel argument, the math mode; a caller's keys begin with a tag of its own. */
-enum { QG_CUDA_GRAPH_KEY = 1536 };
+enum { QG_CUDA_GRAPH_KEY = 2048 };
 extern "C" qg_status qg_cuda_graphed(qg_ctx *ctx, cudaStream_t st, const void *key, size_t keylen, qg_status (*body)(void *),
                                      void *arg);
 

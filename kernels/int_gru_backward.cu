@@ -68,7 +68,9 @@
  * (two K slices where the output leaves the device idle) by R's codes, and the next step kernel
  * adds the digit products (xs_element: int64, one rounding). Where a thread-block cluster holds a
  * row's units (H <= 1024), bwd_step1_xs_kernel is the step kernel and the split in one launch
- * (the same bits) and also gathers the after-loop split's column maxima of dq and dp. Beside the loop (per-step path, both
+ * (the same bits) and also gathers the after-loop split's column maxima of dq and dp; its product
+ * is then igemm's (igemm.cuh: wgmma, a programmatic dependent of the step kernel, R's codes loaded
+ * before its wait; cuBLAS where the device is not sm_90). Beside the loop (per-step path, both
  * splits), a side stream at the device's least priority prepares what the after-loop products
  * need and computes dx chunk by chunk (step_loop; bench/cuda_int_gru.md, session 21: large strict
  * backward 4.92 -> 4.74 ms). After the loop (either path): the
@@ -85,6 +87,7 @@
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials, ptx.cuh */
 #include "exact_split.cuh"   /* the strict mode's exact int8 split products */
 #include "mbarrier.cuh"      /* bwd_persist_kernel's dq exchange */
+#include "igemm.cuh"         /* the split loop's per-step product as a programmatic dependent (sm_90a) */
 
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -1775,6 +1778,18 @@ static_assert(QGRU_ROW_GROUPS >= 2 && QGRU_ROW_GROUPS <= XG_MAX && XG_MAX <= 2 +
               "row groups on the main, aux and ext streams, the last ext stream left for the side stream");
 static_assert(QGRU_ROW_GROUP_ROWS >= 2 * XG_MAX * BS_Y, "every row group keeps at least one block row of the step kernel");
 
+/* The fused split loop's per-step product P = Dq RT^T by igemm (kernels/igemm.cuh: wgmma and TMA,
+ * a programmatic dependent of the step kernel, R's codes loaded before its wait) where the device
+ * runs it (1), or by cuBLAS (0: the same integers). H200, large strict backward: 4.08-4.10 ms with
+ * cuBLAS, 3.94-3.99 with igemm (bench/cuda_int_gru.md, session 36). QGRU_XS_OWN_BN: igemm's block
+ * tile columns (64; 128 was slower there: 4.03-4.04). */
+#ifndef QGRU_XS_OWN_PRODUCT
+#define QGRU_XS_OWN_PRODUCT 1
+#endif
+#ifndef QGRU_XS_OWN_BN
+#define QGRU_XS_OWN_BN 64
+#endif
+
 /* The splits' work beside the per-step loop (step_loop: column maxima, dx) in chunks of about this
  * many (t, n) rows, on the context's last ext stream, where the loop has at least two chunks; 0:
  * all of it after the loop. */
@@ -1817,6 +1832,8 @@ struct step_loop {
    * int32 [slices][4][N][H] */
   int xs, zoff;
   int fused, zc_any;           /* xs: bwd_step1_xs_kernel (the split fused into the step kernel; zc_any: R has zero-point terms) */
+  int own_xs;                  /* fused: the product by igemm (a programmatic dependent) instead of cuBLAS */
+  ig_plan xp[XG_MAX];          /* own_xs: each row group's product */
   unsigned *kmx;               /* fused: the after-loop split's column maxima of dq, dp [2][3H], by the step kernel (else NULL) */
   int64_t Kp;
   int8_t *Dq;
@@ -1942,7 +1959,8 @@ static qg_status step_loop_body(void *arg) {
             QG_CHECK(qg_cuda_launched(ctx, fn));
           }
           /* P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
-          QG_CHECK(xs_gemm_on(ctx, gb, fn, Pg, Dg, L.RT, XS_DIGITS * nr, H, L.Kp, (int)S));
+          if (L.own_xs) QG_CUDA_CHECK(ctx, fn, ig_launch(&L.xp[gi], Pg, gs, 1, 1));
+          else QG_CHECK(xs_gemm_on(ctx, gb, fn, Pg, Dg, L.RT, XS_DIGITS * nr, H, L.Kp, (int)S));
         } else {
           float *Pg = L.P + S * 2 * n0 * H;
           bwd_step1_kernel<2><<<gg, block, 0, gs>>>(L.bp, (int)s, dh, Pg, np, dn, L.Hf, L.sp, NULL, NULL, (int)n0, (int)nr, chunks);
@@ -2231,6 +2249,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       QG_CHECK(qg_cuda_launched(ctx, fn));
       L.xs = 1; L.zoff = offR; L.Kp = H3p; L.Dq = sDq; L.RT = RT;
       L.fused = xs_fused;
+      L.own_xs = QGRU_XS_OWN_PRODUCT && xs_fused && slices >= 1 && ig_available();
       L.zc_any = 0;
       for (int64_t j = 0; j < H3 && !L.zc_any; j++) L.zc_any = g->w_zp_host[QG_W_R][j] != offR;
       if (xs_fused && xs_after) {   /* the after-loop split's column maxima by the step kernels: zeroed here, before the loop */
@@ -2251,6 +2270,15 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     L.ctx = ctx;
     L.groups = groups;
     for (int gi = 0; gi <= groups; gi++) L.gstart[gi] = gstart[gi];
+    for (int gi = 0; gi < groups && L.own_xs; gi++) {   /* each row group's product: its digit rows by RT; cuBLAS where a plan fails */
+      const int64_t n0 = gstart[gi], nr = gstart[gi + 1] - n0;
+      if (ig_plan_init(&L.xp[gi], L.Dq + XS_DIGITS * n0 * L.Kp, L.Kp, RT, L.Kp, XS_DIGITS * nr, H, L.Kp, H, slices, XS_DIGITS * nr * H,
+                       QGRU_XS_OWN_BN) ||
+          L.xp[gi].slices != slices) {
+        L.own_xs = 0;
+        memset(L.xp, 0, sizeof L.xp);
+      }
+    }
     for (int gi = 0; gi < groups; gi++) {   /* streams: main, aux (then ext[0], ... where XG_MAX allows) */
       L.gstream[gi] = gi == 0 ? (void *)st : gi == 1 ? ctx->aux_stream : ctx->ext_stream[gi - 2];
       L.gblas[gi] = gi == 0 ? (void *)qg_cuda_blas(ctx) : gi == 1 ? ctx->aux_cublas : ctx->ext_cublas[gi - 2];

@@ -95,6 +95,9 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 /* Programmatic dependent launch (sm_90): wait until the grid this one depends on has completed and
  * its memory is visible. A no-op where the launch had no programmatic dependency. */
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+/* The grid that depends on this one programmatically may launch once every block has passed here or
+ * exited; it still waits for this grid's completion in its griddep_wait. */
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 /* *addr = v in a peer's shared memory (addr from mapa_shared) */
 __device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/device_check.sh: one call on the GPU machine for the CUDA float GRU: build, the C
-# drivers tests/c/test_cuda_gru.c and test_exact_split.cu (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
+# drivers tests/c/test_cuda_gru.c, test_exact_split.cu and test_igemm.cu (cgru), the #gpu specs, compute-sanitizer memcheck and racecheck
 # (on the C driver; luasanitize: both tools over every #gpu spec, tests/sanitize_gpu.sh), the
 # persistent-kernel sweep and the GPU benchmark (recipes/bench.lua), the cuDNN / PyTorch
 # baseline (bench_cudnn.py) and Haste built and timed beside them (bench/haste_device.sh), each
@@ -49,7 +49,9 @@ run_phase() {
     timeout 60 "$B/test_cuda_gru" > "$OUT/cgru.log" 2>&1
     echo "cgru rc=$?"; tail -3 "$OUT/cgru.log"; grep FAIL "$OUT/cgru.log" | head
     timeout 60 "$B/test_exact_split" > "$OUT/exact_split.log" 2>&1
-    echo "exact_split rc=$?"; tail -1 "$OUT/exact_split.log"; grep FAIL "$OUT/exact_split.log" | head ;;
+    echo "exact_split rc=$?"; tail -1 "$OUT/exact_split.log"; grep FAIL "$OUT/exact_split.log" | head
+    timeout 60 "$B/test_igemm" > "$OUT/igemm.log" 2>&1
+    echo "igemm rc=$?"; tail -1 "$OUT/igemm.log"; grep FAIL "$OUT/igemm.log" | head ;;
   specs)
     nspecs=$((nspecs + 1))
     timeout 150 luajit "$BUSTED" --run=unit -o plainTerminal -t gpu tests/lua > "$OUT/specs$nspecs.log" 2>&1
@@ -60,6 +62,8 @@ run_phase() {
     echo "memcheck rc=$?"
     timeout 60 "$SAN" --tool memcheck --print-limit 20 "$B/test_exact_split" >> "$OUT/sanitize.log" 2>&1
     echo "memcheck exact_split rc=$?"
+    timeout 60 "$SAN" --tool memcheck --print-limit 20 "$B/test_igemm" >> "$OUT/sanitize.log" 2>&1
+    echo "memcheck igemm rc=$?"
     grep -E "ERROR SUMMARY|failure|FAIL|Invalid" "$OUT/sanitize.log" | head -20 ;;
   luasanitize)
     QGRU_SANITIZE_DIR=/tmp/qgru-sanitize QGRU_SANITIZE_DEADLINE=${QGRU_SANITIZE_DEADLINE:-300} \
@@ -74,7 +78,9 @@ run_phase() {
     echo "racecheck rc=$?"
     timeout 60 "$SAN" --tool racecheck --print-limit 20 "$B/test_exact_split" >> "$OUT/sanitize.log" 2>&1
     echo "racecheck exact_split rc=$?"
-    grep -E "RACECHECK SUMMARY|failure|FAIL" "$OUT/sanitize.log" | tail -4 ;;
+    timeout 60 "$SAN" --tool racecheck --print-limit 20 "$B/test_igemm" >> "$OUT/sanitize.log" 2>&1
+    echo "racecheck igemm rc=$?"
+    grep -E "RACECHECK SUMMARY|failure|FAIL" "$OUT/sanitize.log" | tail -6 ;;
   sweep)
     timeout 150 luajit recipes/bench.lua --name sweep --sweep --repeats 5 --warmup 1 > "$OUT/sweep.log" 2>&1
     echo "sweep rc=$?"; grep -E "auto fwd|best" "$OUT/sweep.log" | cut -c1-260 ;;
