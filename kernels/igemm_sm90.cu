@@ -1,7 +1,7 @@
 /*
  * igemm_sm90.cu: the int8 GEMM of kernels/igemm.cuh (what it computes, its operands' rules) on
- * wgmma and TMA. Built for sm_90a only (CMakeLists.txt: wgmma and setmaxnreg are sm_90a
- * instructions); the rest of the library is sm_90 and calls it through igemm.cuh.
+ * wgmma and TMA. Built for sm_90a only (CMakeLists.txt: wgmma is an sm_90a instruction); the rest
+ * of the library is sm_90 and calls it through igemm.cuh.
  *
  * Why our own: session 35's mma.sync product (bench/attempts/own_step_product.patch) could be a
  * programmatic dependent of the strict backward's step kernel but ran at 40% of cuBLAS's wgmma
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(IG_THREADS, 1)
    * 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e */
   const int w = (threadIdx.x >> 5) & 3, l = threadIdx.x & 31;
   int32_t *Cs = C + (int64_t)blockIdx.z * slice_stride;
-  const bool pairs = (ldc & 1) == 0;
+  const bool pairs = (ldc & 1) == 0 && ((uintptr_t)Cs & 7) == 0;   /* 8-byte stores of column pairs */
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int m = m0 + c * 64 + 16 * w + (l >> 2) + 8 * h;
