@@ -39,7 +39,7 @@ int ig_available(void);
 
 /* A [M][K] (row stride lda bytes), B [N][K] (ldb), C rows of ldc int32, up to `slices` K slices
  * slice_stride elements apart, block tiles of 128 x bn (bn 64 or 128). Returns 0, or -1 (a size
- * out of range, a layout TMA cannot take, no encoder): then the plan must not be launched. */
+ * out of range, a layout TMA cannot take, no encoder) and leaves *p as it was. */
 int ig_plan_init(ig_plan *p, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb, int64_t M, int64_t N, int64_t K, int64_t ldc,
                  int slices, int64_t slice_stride, int bn);
 

@@ -21,6 +21,7 @@
 #include "ptx.cuh"
 
 #include <cudaTypedefs.h>   /* PFN_cuTensorMapEncodeTiled */
+#include <string.h>
 
 enum { IG_BM = 128,        /* rows of A a block */
        IG_BK = 128,        /* bytes of K a stage: one 128-byte swizzle row */
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(IG_THREADS, 1)
       mb_init(&full[s], 1);
       mb_init(&empty[s], 2 * 128);   /* every consumer thread arrives */
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   /* visible to the async proxy (TMA) */
+    mb_init_fence_cluster();   /* the inits visible to the async proxy (TMA) */
   }
   __syncthreads();
 
@@ -245,11 +246,14 @@ int ig_plan_init(ig_plan *p, const int8_t *A, int64_t lda, const int8_t *B, int6
   if (M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || ldc < N || slices < 1 || (bn != 64 && bn != 128))
     return -1;
   const int64_t kt_all = (K + IG_BK - 1) / IG_BK;
-  p->M = M; p->N = N; p->K = K; p->ldc = ldc; p->slice_stride = slice_stride; p->bn = bn;
-  p->k_tiles = (int)((kt_all + slices - 1) / slices);
-  p->slices = (int)((kt_all + p->k_tiles - 1) / p->k_tiles);
-  if (p->slices > 65535 || (M + IG_BM - 1) / IG_BM > 65535) return -1;
-  if (ig_map(&p->ta, A, M, K, lda, IG_BM) || ig_map(&p->tb, B, N, K, ldb, bn)) return -1;
+  ig_plan q;   /* filled here, copied to *p only when every check has passed */
+  memset(&q, 0, sizeof q);
+  q.M = M; q.N = N; q.K = K; q.ldc = ldc; q.slice_stride = slice_stride; q.bn = bn;
+  q.k_tiles = (int)((kt_all + slices - 1) / slices);
+  q.slices = (int)((kt_all + q.k_tiles - 1) / q.k_tiles);
+  if (q.slices > 65535 || (M + IG_BM - 1) / IG_BM > 65535) return -1;
+  if (ig_map(&q.ta, A, M, K, lda, IG_BM) || ig_map(&q.tb, B, N, K, ldb, bn)) return -1;
+  *p = q;
   return 0;
 }
 

@@ -13,7 +13,8 @@
  * plan's count is checked), the extreme codes (-128 x -128 over K = 16384: 2^28, near int32's
  * range at the largest K the exact split allows per slice), and the programmatic-dependent launch:
  * a kernel writes A just before it, and A's new values must be the ones multiplied (with B loaded
- * before the wait, b_first).
+ * before the wait, b_first). Layouts it cannot take (row strides, alignment, empty sizes, a tile
+ * width it has no kernel for) must be refused with the plan left as it was.
  */
 #include "igemm.cuh"
 
@@ -100,6 +101,34 @@ static void run(const spec &c, cudaStream_t st) {
   cudaFree(dA); cudaFree(dB); cudaFree(dC);
 }
 
+/* Layouts TMA or the kernel cannot take: ig_plan_init returns -1 and leaves the plan as it was. */
+static void rejections(void) {
+  int8_t *d;
+  CK(cudaMalloc(&d, 1 << 16));
+  struct bad { const char *name; const int8_t *A; int64_t lda, M, N, K, ldc; int slices, bn; };
+  const bad cases[] = {
+      {"row stride not a multiple of 16", d, 40, 4, 4, 40, 4, 1, 64},
+      {"row stride below K", d, 32, 4, 4, 40, 4, 1, 64},
+      {"base not 16-byte aligned", d + 8, 48, 4, 4, 40, 4, 1, 64},
+      {"no rows", d, 48, 0, 4, 40, 4, 1, 64},
+      {"K of 0", d, 48, 4, 4, 0, 4, 1, 64},
+      {"ldc below N", d, 48, 4, 8, 40, 4, 1, 64},
+      {"no slices", d, 48, 4, 4, 40, 4, 0, 64},
+      {"tile of 96 columns", d, 48, 4, 4, 40, 4, 1, 96},
+  };
+  for (const bad &b : cases) {
+    ig_plan p;
+    memset(&p, 0x3c, sizeof p);
+    ig_plan before;
+    memcpy(&before, &p, sizeof p);
+    const int r = ig_plan_init(&p, b.A, b.lda, d, 48, b.M, b.N, b.K, b.ldc, b.slices, 0, b.bn);
+    const int ok = r == -1 && memcmp(&p, &before, sizeof p) == 0;
+    printf("%s rejected: %s (returned %d, plan %s)\n", ok ? "ok  " : "FAIL", b.name, r, memcmp(&p, &before, sizeof p) ? "changed" : "unchanged");
+    if (!ok) failures++;
+  }
+  cudaFree(d);
+}
+
 int main(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -126,6 +155,7 @@ int main(void) {
       {"programmatic dependent, K slices", 200, 129, 2000, 128, 2, 2, 0, 1},
   };
   for (const spec &c : cases) run(c, st);
+  rejections();
   cudaStreamDestroy(st);
   printf("test_igemm: %s (%d failing case(s))\n", failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
