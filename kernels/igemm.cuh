@@ -49,4 +49,9 @@ int ig_plan_init(ig_plan *p, const int8_t *A, int64_t lda, const int8_t *B, int6
  * its own programmatic dependents launch once its products are done. */
 cudaError_t ig_launch(const ig_plan *p, int32_t *C, cudaStream_t st, int pdl, int b_first);
 
+#if QG_KTRACE   /* timing-only builds (ktrace.cuh): the trace record of the next ig_launch */
+struct kt_rec;
+void ig_kt_set(kt_rec *r);
+#endif
+
 #endif

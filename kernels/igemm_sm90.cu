@@ -19,6 +19,7 @@
 #include "igemm.cuh"
 #include "mbarrier.cuh"
 #include "ptx.cuh"
+#include "ktrace.cuh"   /* QG_KTRACE builds only */
 
 #include <cudaTypedefs.h>   /* PFN_cuTensorMapEncodeTiled */
 #include <string.h>
@@ -110,7 +111,7 @@ __device__ __forceinline__ void ig_wgmma<128>(int32_t (&d)[64], uint64_t da, uin
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(IG_THREADS, 1)
     igemm_tn_kernel(int32_t *__restrict__ C, int64_t ldc, int64_t slice_stride, const __grid_constant__ CUtensorMap ta,
-                    const __grid_constant__ CUtensorMap tb, int M, int N, int K, int k_tiles, int b_first) {
+                    const __grid_constant__ CUtensorMap tb, int M, int N, int K, int k_tiles, int b_first, kt_rec *kt) {
   using L = ig_layout<BN, STAGES>;
   extern __shared__ uint8_t ig_raw[];
   uint8_t *sm = (uint8_t *)(((uintptr_t)ig_raw + 1023) & ~(uintptr_t)1023);
@@ -120,6 +121,8 @@ __global__ void __launch_bounds__(IG_THREADS, 1)
   const int kt_all = (K + IG_BK - 1) / IG_BK;
   const int kt0 = blockIdx.z * k_tiles, nk = min(kt0 + k_tiles, kt_all) - kt0;
 
+  (void)kt;
+  KT_START(kt, threadIdx.x);
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mb_init(&full[s], 1);
@@ -139,6 +142,7 @@ __global__ void __launch_bounds__(IG_THREADS, 1)
         tma_load_2d(smem_addr(sm + i * L::STAGE + L::A_BYTES), &tb, (kt0 + i) * IG_BK, n0, smem_addr(&full[i]));
       }
       griddep_wait();   /* A (and the rest of B) from the grid before are visible from here on */
+      KT_WAITED(kt, threadIdx.x);
       for (int i = 0; i < nk; i++) {
         const int s = i % STAGES;
         if (i >= STAGES) mb_wait(&empty[s], ((i / STAGES) - 1) & 1);
@@ -193,6 +197,7 @@ __global__ void __launch_bounds__(IG_THREADS, 1)
       }
     }
   }
+  KT_END(kt, threadIdx.x - 128);   /* the first consumer thread */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -257,6 +262,11 @@ int ig_plan_init(ig_plan *p, const int8_t *A, int64_t lda, const int8_t *B, int6
   return 0;
 }
 
+#if QG_KTRACE
+static kt_rec *ig_kt_next;   /* the next launch's trace record (ig_kt_set) */
+void ig_kt_set(kt_rec *r) { ig_kt_next = r; }
+#endif
+
 template <int BN, int STAGES>
 static cudaError_t ig_launch_t(const ig_plan *p, int32_t *C, cudaStream_t st, int pdl, int b_first) {
   static unsigned long long opted = 0;   /* device ordinals (< 64) whose shared-memory opt-in is done */
@@ -283,7 +293,13 @@ static cudaError_t ig_launch_t(const ig_plan *p, int32_t *C, cudaStream_t st, in
     lc.numAttrs = 1;
   }
   return cudaLaunchKernelEx(&lc, igemm_tn_kernel<BN, STAGES>, C, (int64_t)p->ldc, (int64_t)p->slice_stride, p->ta, p->tb, (int)p->M,
-                            (int)p->N, (int)p->K, p->k_tiles, b_first);
+                            (int)p->N, (int)p->K, p->k_tiles, b_first,
+#if QG_KTRACE
+                            ig_kt_next
+#else
+                            (kt_rec *)NULL
+#endif
+  );
 }
 
 cudaError_t ig_launch(const ig_plan *p, int32_t *C, cudaStream_t st, int pdl, int b_first) {

@@ -88,6 +88,7 @@
 #include "exact_split.cuh"   /* the strict mode's exact int8 split products */
 #include "mbarrier.cuh"      /* bwd_persist_kernel's dq exchange */
 #include "igemm.cuh"         /* the split loop's per-step product as a programmatic dependent (sm_90a) */
+#include "ktrace.cuh"        /* QG_KTRACE builds only: the split loop's kernel trace */
 
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -1270,6 +1271,20 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
  * addressing was ~100 of ~820 instructions a warp; large strict backward 4.36-4.41 -> 4.24-4.26 ms).
  * (Measured and not kept, session 30: two units a thread at 64 registers, within noise; the same at
  * 40 registers and 3 blocks a multiprocessor, 0.15 ms slower.) */
+#if QG_KTRACE   /* the split loop's trace (ktrace.cuh): records [T][2 row groups][step kernel, product] */
+__device__ kt_rec *kt_loop;
+#define KT_STEP_REC(s, n0) (kt_loop ? kt_loop + 2 * (2 * (s) + ((n0) > 0)) : (kt_rec *)0)
+#else
+#define KT_STEP_REC(s, n0) ((kt_rec *)0)
+#endif
+/* 1: bwd_step1_xs_kernel lets its programmatic dependent (the step's igemm product) launch once
+ * every block is past its cluster barriers, so that the product's launch and R's first loads
+ * overlap the step kernel's tail (the digits and the stores). H200, large strict backward: 3.87-3.88
+ * ms against 3.94-4.00 (bench/cuda_int_gru.md, session 37). Session 36's trigger right after the
+ * wait was slower: the product's blocks then held multiprocessors for the whole step kernel. */
+#ifndef QGRU_XS_STEP_TRIGGER
+#define QGRU_XS_STEP_TRIGGER 1
+#endif
 enum { XF_X = 128, XF_MAX_CLUSTER = 8 };
 template <int MS>   /* the most K slices of P: 1 (the two row groups' products) or XS_MAX_SLICES */
 __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __grid_constant__ bwd_params p, int s,
@@ -1291,6 +1306,9 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   const int H = (int)p.H, H3 = 3 * H, tx = threadIdx.x, ty = threadIdx.y, lane = tx & 31, w = tx >> 5;
   const int i = blockIdx.x * XF_X + tx, n = n0 + blockIdx.y * BS_Y + ty;
   const bool valid = i < H && n < n0 + nr;
+  kt_rec *const kr = KT_STEP_REC(s, n0);
+  (void)kr;
+  KT_START(kr, ty * XF_X + tx);
   cluster_arrive_relaxed();   /* this block has started: peers may write its shared memory after their wait */
   if (ty < 3 && i < H) {
     if (ke) cp_async4(&kes[ty][tx], ke + ty * H + i);
@@ -1301,6 +1319,7 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
    * and the previous step kernel's dd, xsh, xcorr are visible from here on; R's exponents and zero
    * points above are the weights' (unchanged in the backward) */
   griddep_wait();
+  KT_WAITED(kr, ty * XF_X + tx);
   double a[4] = {0, 0, 0, 0};
   float dq3[3] = {0.0f, 0.0f, 0.0f}, dp3[3] = {0.0f, 0.0f, 0.0f};
   step1_defer df{0, -1, 0.0f};
@@ -1332,6 +1351,9 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
   }
   cluster_arrive();
   cluster_wait();   /* every block's maxima are here (and cm is complete) */
+#if QGRU_XS_STEP_TRIGGER
+  griddep_launch();   /* the product may launch: what is left is the digits' and stores' tail */
+#endif
   if (valid) {   /* dq, dp and dL/dh_{s-1}, stored after the barrier (step1_defer) */
     float *dqr = p.dq + (unsigned)df.q_row;
     dqr[0] = dq3[0]; dqr[H] = dq3[1]; dqr[2 * H] = dq3[2];
@@ -1391,6 +1413,7 @@ __global__ void __launch_bounds__(XF_X * BS_Y, 2) bwd_step1_xs_kernel(const __gr
     xsh[n] = sft;
     xcorr[n] = b;
   }
+  KT_END(kr, ty * XF_X + tx);
 }
 
 /* out[e] = dd[e] + the nparts slices' partial products of e = (n, i), pieces in order within a
@@ -1813,6 +1836,69 @@ static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
   return TN < lim && TN * 3 * H < lim && TN * H * cb < lim && TN * (Hy + 1) < lim;
 }
 
+/* QG_KTRACE builds (ktrace.cuh): the split loop's records, reset before each call's loop and
+ * summarized on stderr after the call (the call then waits for its work). */
+#if QG_KTRACE
+enum { KT_MAX_T = 4096 };
+static kt_rec *kt_dev;   /* [KT_MAX_T][2][2] */
+__global__ void kt_reset_kernel(kt_rec *r, int n) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) r[k] = kt_rec{~0ull, ~0ull, 0ull, 0ull};
+}
+static void kt_prepare(int64_t T, cudaStream_t st) {
+  if (!kt_dev) {
+    cudaMalloc(&kt_dev, sizeof(kt_rec) * KT_MAX_T * 4);
+    cudaMemcpyToSymbol(kt_loop, &kt_dev, sizeof kt_dev);
+  }
+  if (T <= KT_MAX_T) kt_reset_kernel<<<(unsigned)((T * 4 + 255) / 256), 256, 0, st>>>(kt_dev, (int)(T * 4));
+}
+static kt_rec *kt_product_rec(int64_t s, int gi) { return kt_dev && s < KT_MAX_T ? kt_dev + 2 * (2 * s + gi) + 1 : NULL; }
+static double kt_median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { const double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+  return n ? v[n / 2] : 0.0;
+}
+/* per group, medians over the middle steps (us): the step kernel's first-block wait to last end
+ * (run), the product's (run), the edges (step end -> product's first wait; product end -> the next
+ * step kernel's first wait), the period (one step kernel's first wait to the next's); then the
+ * raw records of three middle steps, us from the first one's t0 */
+static void kt_print(int64_t T, int groups) {
+  if (!kt_dev || T > KT_MAX_T || T < 8) return;
+  cudaDeviceSynchronize();
+  static kt_rec h[KT_MAX_T * 4];
+  cudaMemcpy(h, kt_dev, sizeof(kt_rec) * T * 4, cudaMemcpyDeviceToHost);
+  static double v[6][KT_MAX_T];
+  for (int g = 0; g < groups && g < 2; g++) {
+    int n = 0;
+    for (int64_t s = T - 3; s >= 2; s--, n++) {   /* processing order: s descending */
+      const kt_rec S = h[2 * (2 * s + g)], P = h[2 * (2 * s + g) + 1], S2 = h[2 * (2 * (s - 1) + g)];
+      v[0][n] = (S.t1 - S.w0) * 1e-3; v[1][n] = (P.t1 - P.w0) * 1e-3; v[2][n] = ((double)P.w0 - (double)S.t1) * 1e-3;
+      v[3][n] = ((double)S2.w0 - (double)P.t1) * 1e-3; v[4][n] = ((double)S2.w0 - (double)S.w0) * 1e-3;
+      v[5][n] = ((double)S.w1 - (double)S.w0) * 1e-3;
+    }
+    fprintf(stderr, "kt group %d (median of %d steps, us): step run %.2f (wait spread %.2f), product run %.2f, edge step->product %.2f, "
+                    "edge product->step %.2f, period %.2f\n", g, n, kt_median(v[0], n), kt_median(v[5], n), kt_median(v[1], n),
+            kt_median(v[2], n), kt_median(v[3], n), kt_median(v[4], n));
+  }
+  const int64_t sm = T / 2;
+  const double base = (double)h[2 * (2 * sm)].t0;
+  for (int64_t s = sm; s > sm - 3; s--)
+    for (int g = 0; g < groups && g < 2; g++)
+      for (int k = 0; k < 2; k++) {
+        const kt_rec r = h[2 * (2 * s + g) + k];
+        fprintf(stderr, "kt s %lld g %d %s t0 %8.2f w0 %8.2f w1 %8.2f t1 %8.2f\n", (long long)s, g, k ? "prod" : "step",
+                ((double)r.t0 - base) * 1e-3, ((double)r.w0 - base) * 1e-3, ((double)r.w1 - base) * 1e-3, ((double)r.t1 - base) * 1e-3);
+      }
+}
+#define KT_PREPARE(T, st) kt_prepare(T, st)
+#define KT_PRINT(T, groups) kt_print(T, groups)
+#define KT_PRODUCT(s, gi) ig_kt_set(kt_product_rec(s, gi))
+#else
+#define KT_PREPARE(T, st) ((void)0)
+#define KT_PRINT(T, groups) ((void)0)
+#define KT_PRODUCT(s, gi) ((void)0)
+#endif
+
 /* The per-step recurrence: arguments of the loop (also the graph cache's key, with a tag). */
 struct step_loop {
   char tag[8];                 /* "qgIGRUb" */
@@ -1959,6 +2045,7 @@ static qg_status step_loop_body(void *arg) {
             QG_CHECK(qg_cuda_launched(ctx, fn));
           }
           /* P [S][4 nr, H] = Dq [4 nr, Kp] RT [H, Kp]^T */
+          KT_PRODUCT(s, gi);
           if (L.own_xs) QG_CUDA_CHECK(ctx, fn, ig_launch(&L.xp[gi], Pg, gs, 1, 1));
           else QG_CHECK(xs_gemm_on(ctx, gb, fn, Pg, Dg, L.RT, XS_DIGITS * nr, H, L.Kp, (int)S));
         } else {
@@ -2301,6 +2388,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     }
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     XS_TL("loop0", st);
+    KT_PREPARE(T, st);
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
     XS_TL("loop", st);
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
@@ -2403,6 +2491,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CHECK(qg_cuda_join_aux(ctx, fn));
     XS_TL("end", st);
     XS_TL_PRINT();
+    KT_PRINT(T, groups);
   } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
      * each GEMM's two piece results added by masked_add2_kernel (hi's first) */
