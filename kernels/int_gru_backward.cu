@@ -1271,9 +1271,11 @@ __global__ void __launch_bounds__(BS_X * BS_Y, 8) bwd_step1_kernel(const __grid_
  * addressing was ~100 of ~820 instructions a warp; large strict backward 4.36-4.41 -> 4.24-4.26 ms).
  * (Measured and not kept, session 30: two units a thread at 64 registers, within noise; the same at
  * 40 registers and 3 blocks a multiprocessor, 0.15 ms slower.) */
-#if QG_KTRACE   /* the split loop's trace (ktrace.cuh): records [T][2 row groups][step kernel, product] */
+#if QG_KTRACE   /* the split loop's trace (ktrace.cuh): records [KT_MAX_T steps][2 row groups][step kernel, product]; with
+                   more than the default two row groups, the groups after the first share the second's records */
+enum { KT_MAX_T = 4096 };
 __device__ kt_rec *kt_loop;
-#define KT_STEP_REC(s, n0) (kt_loop ? kt_loop + 2 * (2 * (s) + ((n0) > 0)) : (kt_rec *)0)
+#define KT_STEP_REC(s, n0) (kt_loop && (s) < KT_MAX_T ? kt_loop + 2 * (2 * (s) + ((n0) > 0)) : (kt_rec *)0)
 #else
 #define KT_STEP_REC(s, n0) ((kt_rec *)0)
 #endif
@@ -1839,7 +1841,6 @@ static int step_fits32(int64_t T, int64_t N, int64_t H, int cb, int64_t Hy) {
 /* QG_KTRACE builds (ktrace.cuh): the split loop's records, reset before each call's loop and
  * summarized on stderr after the call (the call then waits for its work). */
 #if QG_KTRACE
-enum { KT_MAX_T = 4096 };
 static kt_rec *kt_dev;   /* [KT_MAX_T][2][2] */
 __global__ void kt_reset_kernel(kt_rec *r, int n) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1852,7 +1853,7 @@ static void kt_prepare(int64_t T, cudaStream_t st) {
   }
   if (T <= KT_MAX_T) kt_reset_kernel<<<(unsigned)((T * 4 + 255) / 256), 256, 0, st>>>(kt_dev, (int)(T * 4));
 }
-static kt_rec *kt_product_rec(int64_t s, int gi) { return kt_dev && s < KT_MAX_T ? kt_dev + 2 * (2 * s + gi) + 1 : NULL; }
+static kt_rec *kt_product_rec(int64_t s, int gi) { return kt_dev && s < KT_MAX_T ? kt_dev + 2 * (2 * s + (gi > 0)) + 1 : NULL; }
 static double kt_median(double *v, int n) {
   for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { const double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
