@@ -160,7 +160,7 @@ static void run(const char *name, int rows, int64_t A, int64_t B, int64_t Cc, in
       CK(cudaMemsetAsync(corr, 0, R * 8, st));
       const int64_t rpb = 256;
       xs_colmax_kernel<<<dim3((unsigned)((R + XS_THREADS - 1) / XS_THREADS), (unsigned)((K + rpb - 1) / rpb)), XS_THREADS, 0, st>>>(mb, dX, K, R, rpb);
-      xs_cols_kernel<<<dim3((unsigned)((Kp + XS_TILE - 1) / XS_TILE), (unsigned)((R + XS_TILE - 1) / XS_TILE)), XS_THREADS, 0, st>>>(D, sh, corr, dX, mb, K, R, Kp, -z);
+      CK(xs_cols(D, sh, corr, dX, mb, K, R, Kp, -z, st));
     }
   };
   int S = 1;

@@ -39,7 +39,7 @@ enum { XS_DIGITS = 4,      /* base-256 digits of the 30-bit fixed point */
        XS_KPAD = 16,       /* K-contiguous rows padded to a multiple of this many bytes */
        XS_THREADS = 256,   /* threads of xs_rows_kernel (one block per row) */
        XS_VPT = 16,        /* values per thread of one chunk of xs_rows_kernel's row */
-       XS_TILE = 64,       /* xs_cols_kernel's and xs_codes_t_kernel's tiles: 64 x 64 */
+       XS_TILE = 64,       /* xs_codes_t_kernel's tiles: 64 x 64 */
        XS_MAX_SLICES = 4 };   /* K slices of a split-K product that xs_element adds */
 
 /* The largest K of an exact split product: int32 accumulation of K products of two int8 values. */
@@ -229,49 +229,81 @@ __global__ void xs_colmax_kernel(unsigned *__restrict__ mbits, const float *__re
  * column j of X, T-contiguous, zero padding), with the shift of column j from its largest |value|
  * (mbits, xs_colmax_kernel), written to sh[j] by the first row of tiles, and corr[j] +=
  * zoff * sum_t Xi[t, j] (corr zeroed before; 64-bit integer atomics: order-independent).
- * Tiles of XS_TILE x XS_TILE, XS_THREADS threads. */
-__global__ void __launch_bounds__(XS_THREADS) xs_cols_kernel(int8_t *__restrict__ D, int *__restrict__ sh, long long *__restrict__ corr,
+ * Launched by xs_cols (below). A block's tile is ROWS rows t x 32 columns j (XC_THREADS threads):
+ * - lane = column, so each warp load is one 128-byte row piece; a thread loads ROWS / 32 values
+ *   (4-row quads w, w + 8, ...: every load issued first);
+ * - each quad's 4 bytes of a digit are packed into one word of tw [digit][column][ROWS / 4 + 1]
+ *   (the +1: word (r, q) is in bank r + q, so that the packing's stores, one column a lane, and the
+ *   read-out below, 8 words of 4 rows a warp, are both conflict-free);
+ * - the read-out stores 16-byte pieces: a warp writes 4 digit rows of 128 bytes (ROWS = 128).
+ * Session 39 (bench/xs_cols_bench.cu, H200, the large shape's dq [25600, 3072]): 177 us, 3.56 TB/s,
+ * against 272 us (2.31 TB/s) for session 22's 64 x 64 tiles with byte stores into shared memory and
+ * 4-byte stores, and 153 us for a cudaMemcpy of X (4.11 TB/s). Same bytes, shifts and sums. */
+enum { XC_COLS = 32, XC_THREADS = 256, XC_ROWS = 128 };
+template <int ROWS>
+__global__ void __launch_bounds__(XC_THREADS) xs_cols_kernel(int8_t *__restrict__ D, int *__restrict__ sh, long long *__restrict__ corr,
                                                              const float *__restrict__ X, const unsigned *__restrict__ mbits,
                                                              int64_t T, int64_t J, int64_t Tp, int zoff) {
-  __shared__ __align__(16) int8_t tile[XS_DIGITS][XS_TILE][XS_TILE + 4];   /* [digit][column j][row t] */
-  __shared__ long long csum[XS_TILE];
-  const int64_t t0 = blockIdx.x * (int64_t)XS_TILE, j0 = blockIdx.y * (int64_t)XS_TILE;
-  const int tx = threadIdx.x % XS_TILE, ty = threadIdx.x / XS_TILE;   /* 64 x 4 */
-  if (threadIdx.x < XS_TILE) csum[threadIdx.x] = 0;
-  const int64_t j = j0 + tx;
-  const int s = j < J ? xs_shift((double)__uint_as_float(mbits[j])) : 0;
-  if (blockIdx.x == 0 && ty == 0 && j < J) sh[j] = s;
-  __syncthreads();
+  constexpr int WARPS = XC_THREADS / 32, QW = ROWS / 4 / WARPS, PIECES = ROWS / 16;   /* quads a warp; 16-byte pieces a row */
+  static_assert(ROWS % (4 * WARPS) == 0 && ROWS % 16 == 0 && (XS_DIGITS * XC_COLS * PIECES) % XC_THREADS == 0, "tile shape");
+  __shared__ uint32_t tw[XS_DIGITS][XC_COLS][ROWS / 4 + 1];
+  __shared__ long long csum[WARPS][XC_COLS];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t t0 = blockIdx.x * (int64_t)ROWS, j0 = blockIdx.y * (int64_t)XC_COLS, j = j0 + lane;
+  const bool jv = j < J;
+  float v[QW][4];
+#pragma unroll
+  for (int q = 0; q < QW; q++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int64_t t = t0 + 4 * (w + WARPS * q) + r;
+      v[q][r] = t < T && jv ? X[t * J + j] : 0.0f;
+    }
+  const int s = jv ? xs_shift((double)__uint_as_float(mbits[j])) : 0;
+  if (blockIdx.x == 0 && w == 0 && jv) sh[j] = s;
   long long c = 0;
-  constexpr int RPT = XS_TILE / (XS_THREADS / XS_TILE);   /* rows per thread, loads all issued first */
-  float v[RPT];
 #pragma unroll
-  for (int i = 0; i < RPT; i++) {
-    const int64_t t = t0 + ty + i * (XS_THREADS / XS_TILE);
-    v[i] = t < T && j < J ? X[t * J + j] : 0.0f;
+  for (int q = 0; q < QW; q++) {
+    uint32_t pk[XS_DIGITS] = {};
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int xi = xs_fixed(v[q][r], s);
+      int8_t dg[XS_DIGITS];
+      xs_digits(xi, dg);
+      c += xi;
+#pragma unroll
+      for (int d = 0; d < XS_DIGITS; d++) pk[d] |= (uint32_t)(uint8_t)dg[d] << (8 * r);   /* little-endian: row t0 + 4 q' + r at byte r */
+    }
+#pragma unroll
+    for (int d = 0; d < XS_DIGITS; d++) tw[d][lane][w + WARPS * q] = pk[d];
   }
-#pragma unroll
-  for (int i = 0; i < RPT; i++) {
-    const int yy = ty + i * (XS_THREADS / XS_TILE);
-    int8_t dg[XS_DIGITS];
-    const int xi = xs_fixed(v[i], s);
-    xs_digits(xi, dg);
-    c += xi;
-#pragma unroll
-    for (int d = 0; d < XS_DIGITS; d++) tile[d][tx][yy] = dg[d];
-  }
-  if (zoff != 0) atomicAdd((unsigned long long *)&csum[tx], (unsigned long long)c);   /* corrections only for an offset grid */
+  csum[w][lane] = c;
   __syncthreads();
-  if (ty == 0 && j < J && zoff != 0) atomicAdd((unsigned long long *)(corr + j), (unsigned long long)(csum[tx] * zoff));
-  /* write: per digit, row j0 + jj, bytes t0 .. t0 + 63 as 16 words of 4 */
-  const int64_t plane = J * Tp;
-  for (int w = threadIdx.x; w < XS_DIGITS * XS_TILE * (XS_TILE / 4); w += XS_THREADS) {
-    const int d = w / (XS_TILE * (XS_TILE / 4)), jj = (w / (XS_TILE / 4)) % XS_TILE, q = w % (XS_TILE / 4);
-    const int64_t jr = j0 + jj, tc = t0 + 4 * q;
-    if (jr >= J || tc >= Tp) continue;
-    /* the tile's rows are 4-byte aligned (pitch XS_TILE + 4): one word, little-endian byte order as the plane's */
-    *(uint32_t *)(D + d * plane + jr * Tp + tc) = *(const uint32_t *)&tile[d][jj][4 * q];   /* Tp % XS_KPAD == 0: aligned, in the row */
+  if (zoff != 0 && w == 0 && jv) {   /* corrections only for an offset grid */
+    long long b = 0;
+#pragma unroll
+    for (int k = 0; k < WARPS; k++) b += csum[k][lane];
+    atomicAdd((unsigned long long *)(corr + j), (unsigned long long)(b * zoff));
   }
+  const int64_t plane = J * Tp;
+#pragma unroll
+  for (int u = threadIdx.x; u < XS_DIGITS * XC_COLS * PIECES; u += XC_THREADS) {
+    const int row = u / PIECES, k = u % PIECES, d = row / XC_COLS, jj = row % XC_COLS;
+    const int64_t jr = j0 + jj, tc = t0 + 16 * k;
+    if (jr >= J || tc >= Tp) continue;
+    const uint32_t *src = &tw[d][jj][4 * k];
+    *(uint4 *)(D + d * plane + jr * Tp + tc) = make_uint4(src[0], src[1], src[2], src[3]);   /* Tp % XS_KPAD == 0: aligned, in the row */
+  }
+}
+
+/* Enqueues xs_cols_kernel over X [T, J] on st (D, sh, corr, mbits as the kernel says; Tp a multiple
+ * of XS_KPAD, at least T). */
+static inline cudaError_t xs_cols(int8_t *D, int *sh, long long *corr, const float *X, const unsigned *mbits, int64_t T, int64_t J,
+                                  int64_t Tp, int zoff, cudaStream_t st) {
+  if (Tp <= 0 || J <= 0) return cudaSuccess;
+  const dim3 grid((unsigned)((Tp + XC_ROWS - 1) / XC_ROWS), (unsigned)((J + XC_COLS - 1) / XC_COLS));
+  xs_cols_kernel<XC_ROWS><<<grid, XC_THREADS, 0, st>>>(D, sh, corr, X, mbits, T, J, Tp, zoff);
+  return cudaGetLastError();
 }
 
 /* xs_codes_t_kernel: Y [Cc][Rp] (int8, K-contiguous, zero padding) = codes [R, Cc]^T - off

@@ -2444,7 +2444,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     int32_t *PR = (int32_t *)(ws + o_PR), *PW = (int32_t *)(ws + o_PW), *PX = (int32_t *)(ws + o_PX);
     const dim3 tb(XS_THREADS);
     const int64_t rpb = XS_COLMAX_ROWS;   /* rows per block of the column maxima */
-    const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb)), cg(qg_cuda_blocks(TNp, XS_TILE), qg_cuda_blocks(H3, XS_TILE));
+    const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(TN, (int)rpb));
     /* the aux stream from here: its memory-bound splits run beside the main stream's GEMMs */
     cudaStream_t ax = (cudaStream_t)ctx->aux_stream;
     QG_CHECK(qg_cuda_fork_aux(ctx, fn));
@@ -2458,8 +2458,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       }
     }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco + H3, 0, (size_t)H3 * 8, ax));
-    xs_cols_kernel<<<cg, tb, 0, ax>>>(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CUDA_CHECK(ctx, fn, xs_cols(DpT, csh + H3, cco + H3, dp, mx + H3, TN, H3, TNp, offX - (int)QX.z, ax));
     XS_TL("ax_dpsplit", ax);
     QG_CHECK(xs_gemm_on(ctx, (cublasHandle_t)ctx->aux_cublas, fn, PW, DpT, xT, XS_DIGITS * H3, C, TNp, 1));
     XS_TL("ax_dW", ax);
@@ -2476,8 +2475,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       }
     }
     QG_CUDA_CHECK(ctx, fn, cudaMemsetAsync(cco, 0, (size_t)H3 * 8, st));
-    xs_cols_kernel<<<cg, tb, 0, st>>>(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z);
-    QG_CHECK(qg_cuda_launched(ctx, fn));
+    QG_CUDA_CHECK(ctx, fn, xs_cols(DqT, csh, cco, dq, mx, TN, H3, TNp, offH - (int)QH.z, st));
     XS_TL("dqsplit", st);
     QG_CHECK(xs_gemm_on(ctx, qg_cuda_blas(ctx), fn, PR, DqT, hT, XS_DIGITS * H3, H, TNp, 1));
     XS_TL("dR", st);

@@ -142,7 +142,7 @@ static void run(const spec &c, cublasHandle_t hb, cudaStream_t st) {
     CK(cudaMemsetAsync(corr, 0, R * 8, st));
     const int64_t rpb = 7;   /* several row chunks per column */
     xs_colmax_kernel<<<dim3((unsigned)((R + XS_THREADS - 1) / XS_THREADS), (unsigned)((K + rpb - 1) / rpb)), XS_THREADS, 0, st>>>(mb, dX, K, R, rpb);
-    xs_cols_kernel<<<dim3((unsigned)((Kp + XS_TILE - 1) / XS_TILE), (unsigned)((R + XS_TILE - 1) / XS_TILE)), XS_THREADS, 0, st>>>(D, sh, corr, dX, mb, K, R, Kp, off - c.zpt);
+    CK(xs_cols(D, sh, corr, dX, mb, K, R, Kp, off - c.zpt, st));
   }
   CK(cudaGetLastError());
   BK(xs_gemm(hb, P, D, Y, XS_DIGITS * R, Cc, Kp, c.slices));
