@@ -13,7 +13,7 @@
 //   - two: the library's kernel on X and on a second matrix of the same size, on two streams.
 // Every variant's digit planes, shifts and corrections are compared byte for byte with ref's (a
 // difference fails the run); bytes moved a pass = T J 4 (read) + 4 J Tp (written).
-// Build and run: nvcc -arch=sm_90 -O3 -lineinfo -Ikernels bench/xs_cols_bench.cu -o xs_cols_bench
+// Build and run: nvcc -arch=sm_90 -O3 -lineinfo -Ikernels -Ibench bench/xs_cols_bench.cu -lcublas -lcublasLt -o xs_cols_bench
 //   && ./xs_cols_bench [T J reps]   (or the bench_programs test's target bench_xs_cols_bench)
 #include <algorithm>
 #include <cmath>
@@ -22,9 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include "cuda_bench.cuh"   /* CK, median_call_ms */
 #include "exact_split.cuh"
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(2); } } while (0)
 
 /* session 22's xs_cols_kernel (the library's until session 39), the reference */
 __global__ void __launch_bounds__(XS_THREADS) cols_ref_kernel(int8_t *__restrict__ D, int *__restrict__ sh, long long *__restrict__ corr,
@@ -75,28 +74,9 @@ struct split_out {
   long long *corr;
 };
 
+/* the median of reps calls of f after two untimed ones (cuda_bench.cuh) */
 template <class F>
-static float median_ms(F &&f, int reps, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();
-  f();   /* warm-up */
-  std::vector<float> ts;
-  for (int r = 0; r < reps; r++) {
-    CK(cudaEventRecord(a, st));
-    f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
+static float median_ms(F &&f, int reps, cudaStream_t st) { return median_call_ms(f, st, reps, 2); }
 
 int main(int argc, char **argv) {
   const int64_t T = argc > 1 ? atoll(argv[1]) : 25600, J = argc > 2 ? atoll(argv[2]) : 3072;
