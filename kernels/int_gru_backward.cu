@@ -73,7 +73,8 @@
  * before its wait; cuBLAS where the device is not sm_90). Beside the loop (per-step path, both
  * splits), a side stream at the device's least priority prepares what the after-loop products
  * need and computes dx chunk by chunk (step_loop; bench/cuda_int_gru.md, session 21: large strict
- * backward 4.92 -> 4.74 ms). After the loop (either path): the
+ * backward 4.92 -> 4.74 ms; the last chunk's dx after the loop, beside the after-loop work, and
+ * joined at the end: QGRU_SIDE_DEFER_LAST). After the loop (either path): the
  * codes of h and x as K = T N contiguous rows, dq's and dp's columns as digit planes (a shift per
  * column from its largest value), dp's rows for dx; dR, dW, dx as int8 GEMMs and combines that
  * add the masked results. More accurate than SGEMM (bench/xs_gemm.cu) and 1.9x faster for the
@@ -1821,6 +1822,15 @@ static_assert(QGRU_ROW_GROUP_ROWS >= 2 * XG_MAX * BS_Y, "every row group keeps a
 #ifndef QGRU_SIDE_CHUNK_ROWS
 #define QGRU_SIDE_CHUNK_ROWS 2048
 #endif
+/* 1: the side stream's dx for the loop's last chunk of steps (queued only once the loop's last step
+ * is) runs after the loop, beside the after-loop work, instead of at the loop's end, and the main
+ * stream joins the side stream at the end of the backward (nothing after the loop reads dx). The
+ * side stream runs behind the loop: at the large shape its work ended 0.07-0.12 ms after the main
+ * stream's last step. H200, large strict backward: 3.661-3.671 ms against 3.670-3.724
+ * (bench/cuda_int_gru.md, session 40; the same bits). */
+#ifndef QGRU_SIDE_DEFER_LAST
+#define QGRU_SIDE_DEFER_LAST 1
+#endif
 
 /* Where QG_SPLIT_AUTO takes the exact split: the float GEMMs it replaces at least this many flops
  * (2^28 a step: an SGEMM of ~10 us against the split's extra launch; 2^32 after the loop: ~0.1 ms
@@ -1940,8 +1950,9 @@ struct step_loop {
    * QGRU_SIDE_CHUNK_ROWS): at the start the after-loop products' codes (split: h^T, x^T, W~^T;
    * bf16 split: x~, W~ in bf16), then for each chunk [s, s + sc), once the row groups' step kernels
    * of its step s (the loop's last of the chunk) are done, (split) the column maxima of its dq and
-   * dp rows and (side_dx) dx of its time rows. Each value is what the after-loop work computes
-   * from all rows (per-row splits, integer sums, maxima by integer atomicMax): the same bits */
+   * dp rows and (side_dx) dx of its time rows (defer_last: not the last chunk's dx, which the
+   * caller queues after the loop). Each value is what the after-loop work computes from all rows
+   * (per-row splits, integer sums, maxima by integer atomicMax): the same bits */
   int sc, side_dx, offW, offH, offX, reverse;
   int64_t C, TNp;
   qg_qp QX;
@@ -1957,6 +1968,7 @@ struct step_loop {
   float *tX;                   /* bf16 split: dx's two pieces [T N][2][C] */
   float *dx;
   const uint8_t *xmask;
+  int defer_last;              /* the last chunk's dx is left to the caller (after the loop; QGRU_SIDE_DEFER_LAST) */
   qg_ctx *ctx;
 };
 
@@ -1982,7 +1994,7 @@ static qg_status side_start(qg_ctx *ctx, const char *fn, const step_loop &L) {
 
 /* The side stream's work for the chunk of steps [s, se), whose dq rows (step-indexed) are
  * [s N, se N) and dp rows (time-indexed) [t0 N, t0 N + rows). */
-static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int64_t s, int64_t se) {
+static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int64_t s, int64_t se, int with_dx) {
   const cudaStream_t ss = (cudaStream_t)L.side_stream;
   const cublasHandle_t sb = (cublasHandle_t)L.side_blas;
   const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, C = L.C;
@@ -1994,10 +2006,14 @@ static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx + H3, L.bp.dp + r0 * H3, rows, H3, rpb);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  if (!L.side_dx) return QG_OK;
+  if (!L.side_dx || !with_dx) return QG_OK;
   if (L.xs) return xs_dx_rows(ctx, fn, ss, sb, L.dx, L.bp.dp, L.xmask, L.Dp, L.rsh, L.rco, L.PX, L.WT, L.wke, L.wkz, L.offW, H3, L.Kp, C, r0, rows);
   return bf16_dx_rows(ctx, fn, ss, sb, L.dx, (const __nv_bfloat16 *)L.bp.dp, L.xmask, (const __nv_bfloat16 *)L.Wb, L.tX, H3, C, r0, rows);
 }
+
+#if XS_TIMELINE
+static void xs_tl(const char *name, cudaStream_t s);   /* the timing-only build's marks (below) */
+#endif
 
 static qg_status step_loop_body(void *arg) {
   const step_loop &L = *(const step_loop *)arg;
@@ -2066,10 +2082,14 @@ static qg_status step_loop_body(void *arg) {
       }
       if (mark) {   /* the chunk of steps [s, s + sc) */
         for (int gi = 0; gi < L.groups; gi++) QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)L.gev[gi], 0));
-        QG_CHECK(side_chunk(ctx, fn, L, s, s + L.sc < T ? s + L.sc : T));
+        QG_CHECK(side_chunk(ctx, fn, L, s, s + L.sc < T ? s + L.sc : T, !(L.defer_last && s == 0)));
       }
       float *tmp = dh; dh = dn; dn = tmp;
     }
+#if XS_TIMELINE   /* (the loop runs uncaptured in this build) the main stream's and the side stream's last work */
+    xs_tl("loopmain", st);
+    if (L.sc) xs_tl("loopside", ss);
+#endif
     /* join: the main stream waits for the others */
     for (int gi = 1; gi < L.groups; gi++) {
       QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)L.gev[gi], (cudaStream_t)L.gstream[gi]));
@@ -2320,6 +2340,8 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
   unsigned *kmx = NULL;   /* the after-loop split's column maxima when the step kernels compute them (bwd_step1_xs_kernel) */
+  cudaEvent_t side_join = NULL;        /* work left on the side stream after the loop (QGRU_SIDE_DEFER_LAST): joined at the end */
+  cudaStream_t side_stream = NULL;
   if (!persistent && TN > 0 && NH > 0) {
     /* the per-step loop, as one CUDA graph from the second identical call on (the context's cache of
      * captured loops, kernels/gru.cu): the key is every argument of the loop */
@@ -2386,11 +2408,24 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
         L.Xb = Xf; L.Wb = Wb; L.Wq = g->fq[QG_W_W]; L.tX = tX;
       }
       if (side_dx) { L.dx = (float *)dx->data; L.xmask = (const uint8_t *)saved->xmask->data; }
+      L.defer_last = QGRU_SIDE_DEFER_LAST && side_dx;
     }
     static_assert(sizeof(step_loop) <= QG_CUDA_GRAPH_KEY, "the per-step loop's key fits the graph cache");
     XS_TL("loop0", st);
     KT_PREPARE(T, st);
+#if XS_TIMELINE   /* uncaptured, so that the loop's own marks are events on the streams */
+    QG_CHECK(step_loop_body(&L));
+#else
     QG_CHECK(qg_cuda_graphed(ctx, st, &L, sizeof L, step_loop_body, &L));
+#endif
+    if (L.defer_last) {   /* the last chunk's dx on the side stream, beside the after-loop work; joined at the end */
+      const cudaStream_t ss = (cudaStream_t)L.side_stream;
+      QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_mark[0], st));
+      QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)ctx->ev_mark[0], 0));
+      QG_CHECK(side_chunk(ctx, fn, L, 0, L.sc < T ? L.sc : T, 1));
+      side_join = (cudaEvent_t)L.side_ev;
+      side_stream = ss;
+    }
     XS_TL("loop", st);
     if (T % 2) { float *tmp = dh; dh = dh_next; dh_next = tmp; }   /* where dL/dh_0's direct part ended */
     if (slices && xs_step) {   /* plus the last step's product */
@@ -2489,7 +2524,6 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     }
     QG_CHECK(qg_cuda_join_aux(ctx, fn));
     XS_TL("end", st);
-    XS_TL_PRINT();
     KT_PRINT(T, groups);
   } else if (TN > 0 && H > 0 && pieces == 2) {
     /* the split: bf16 operands (x~, h~ from the step kernel, W~ exact; dp, dq as [T N][2][3H] pieces),
@@ -2535,5 +2569,11 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
     }
     QG_CHECK(qg_cuda_join_aux(ctx, fn));
   }
+  if (side_join) {   /* the side stream's work after the loop */
+    QG_CUDA_CHECK(ctx, fn, cudaEventRecord(side_join, side_stream));
+    QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(st, side_join, 0));
+  }
+  XS_TL("join", st);
+  XS_TL_PRINT();
   return QG_OK;
 }
