@@ -1993,20 +1993,22 @@ static qg_status side_start(qg_ctx *ctx, const char *fn, const step_loop &L) {
 }
 
 /* The side stream's work for the chunk of steps [s, se), whose dq rows (step-indexed) are
- * [s N, se N) and dp rows (time-indexed) [t0 N, t0 N + rows). */
-static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int64_t s, int64_t se, int with_dx) {
+ * [s N, se N) and dp rows (time-indexed) [t0 N, t0 N + rows): the parts named by `parts`. */
+enum { SIDE_COLMAX = 1,   /* the column maxima of its dq and dp rows (split, where the step kernels do not) */
+       SIDE_DX = 2 };     /* dx of its rows (side_dx) */
+static qg_status side_chunk(qg_ctx *ctx, const char *fn, const step_loop &L, int64_t s, int64_t se, int parts) {
   const cudaStream_t ss = (cudaStream_t)L.side_stream;
   const cublasHandle_t sb = (cublasHandle_t)L.side_blas;
   const int64_t T = L.bp.T, N = L.bp.N, H = L.bp.H, H3 = 3 * H, C = L.C;
   const int64_t t0 = L.reverse ? T - se : s, rows = (se - s) * N, r0 = t0 * N;
-  if (L.xs && !L.kmx) {   /* (kmx: the step kernels' work) */
+  if ((parts & SIDE_COLMAX) && L.xs && !L.kmx) {   /* (kmx: the step kernels' work) */
     const int64_t rpb = XS_COLMAX_ROWS;   /* rows per block of the column maxima, as after the loop */
     const dim3 mg(qg_cuda_blocks(H3, XS_THREADS), qg_cuda_blocks(rows, (int)rpb));
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx, L.bp.dq + s * N * H3, rows, H3, rpb);
     xs_colmax_kernel<<<mg, XS_THREADS, 0, ss>>>(L.mx + H3, L.bp.dp + r0 * H3, rows, H3, rpb);
     QG_CHECK(qg_cuda_launched(ctx, fn));
   }
-  if (!L.side_dx || !with_dx) return QG_OK;
+  if (!L.side_dx || !(parts & SIDE_DX)) return QG_OK;
   if (L.xs) return xs_dx_rows(ctx, fn, ss, sb, L.dx, L.bp.dp, L.xmask, L.Dp, L.rsh, L.rco, L.PX, L.WT, L.wke, L.wkz, L.offW, H3, L.Kp, C, r0, rows);
   return bf16_dx_rows(ctx, fn, ss, sb, L.dx, (const __nv_bfloat16 *)L.bp.dp, L.xmask, (const __nv_bfloat16 *)L.Wb, L.tX, H3, C, r0, rows);
 }
@@ -2082,7 +2084,7 @@ static qg_status step_loop_body(void *arg) {
       }
       if (mark) {   /* the chunk of steps [s, s + sc) */
         for (int gi = 0; gi < L.groups; gi++) QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)L.gev[gi], 0));
-        QG_CHECK(side_chunk(ctx, fn, L, s, s + L.sc < T ? s + L.sc : T, !(L.defer_last && s == 0)));
+        QG_CHECK(side_chunk(ctx, fn, L, s, s + L.sc < T ? s + L.sc : T, L.defer_last && s == 0 ? SIDE_COLMAX : SIDE_COLMAX | SIDE_DX));
       }
       float *tmp = dh; dh = dn; dn = tmp;
     }
@@ -2422,7 +2424,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
       const cudaStream_t ss = (cudaStream_t)L.side_stream;
       QG_CUDA_CHECK(ctx, fn, cudaEventRecord((cudaEvent_t)ctx->ev_mark[0], st));
       QG_CUDA_CHECK(ctx, fn, cudaStreamWaitEvent(ss, (cudaEvent_t)ctx->ev_mark[0], 0));
-      QG_CHECK(side_chunk(ctx, fn, L, 0, L.sc < T ? L.sc : T, 1));
+      QG_CHECK(side_chunk(ctx, fn, L, 0, L.sc < T ? L.sc : T, SIDE_DX));
       side_join = (cudaEvent_t)L.side_ev;
       side_stream = ss;
     }
