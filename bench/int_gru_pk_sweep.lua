@@ -5,7 +5,11 @@
 -- that does not fit runs the per-step fallback under the auto path (the ~0.4-1.4 ms entries).
 -- CUDA events, median of 20 after 3 (ms). Why: to check the cost model of pk_choose
 -- (kernels/int_gru.cu) against measurement at the small shapes (bench/cuda_int_gru.md, session 23).
---   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_pk_sweep.lua
+-- Shapes as TxNxCxH arguments replace the three; with --small, also every forced shape of the
+-- small-H kernel (storage 2: R in one CTA's registers, `rows` rows a CTA, `splits` lanes a unit, in
+-- as many waves of CTAs as it takes; storage 5: its two-role variant), named "small r<rows> s<splits>"
+-- (session 42's check of isk_choose at large batches).
+--   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/int_gru_pk_sweep.lua [--small] [TxNxCxH ...]
 package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
 local clib = require("qgru.clib")
@@ -16,7 +20,17 @@ local dev = "cuda"
 local ctx = clib.context(dev)
 local function check(st) clib.check(ctx, st, 2) end
 local function time(f, reps, warm) return util.time(ctx, f, reps, warm) end
-for _, sh in ipairs({ { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256, 512 } }) do
+local shapes, small = {}, false
+for _, a in ipairs(arg) do
+  if a == "--small" then small = true
+  else
+    local t, n, c, hh = a:match("^(%d+)x(%d+)x(%d+)x(%d+)$")
+    assert(t, "bench/int_gru_pk_sweep.lua: '" .. a .. "' is not TxNxCxH")
+    shapes[#shapes + 1] = { tonumber(t), tonumber(n), tonumber(c), tonumber(hh) }
+  end
+end
+if #shapes == 0 then shapes = { { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256, 512 } } end
+for _, sh in ipairs(shapes) do
   local T, N, C, H = sh[1], sh[2], sh[3], sh[4]
   local h, W, R, bx, br = util.int8_layer(ctx, C, H, dev, 4)
   local x = qgru.zeros({ T, N, C }):uniform(-1, 1):to(dev)
@@ -39,6 +53,24 @@ for _, sh in ipairs({ { 100, 4, 128, 256 }, { 50, 32, 64, 128 }, { 100, 64, 256,
         else
           line[#line + 1] = string.format("CS%d NB%d n/a", cs, 8 * rows)
         end
+      end
+    end
+  end
+  if small then
+    for _, f in ipairs({ { 1, 0, 2 }, { 1, 1, 2 }, { 1, 2, 2 }, { 1, 4, 2 }, { 2, 0, 2 }, { 2, 2, 2 }, { 2, 4, 2 }, { 4, 0, 2 },
+                         { 4, 4, 2 }, { 8, 0, 2 }, { 1, 1, 5 } }) do
+      check(lib.qg_ctx_set_persist_shape(ctx, 1, f[1], f[2], f[3]))
+      local name = string.format("small%s r%d s%d", f[3] == 5 and "-ws" or "", f[1], f[2])
+      qgru.setKernelPath("persistent")   -- a forced shape that does not fit fails instead of running the fallback
+      local ok, t = pcall(time, fwd, 20, 3)
+      qgru.setKernelPath("auto")
+      if ok then
+        local same = true
+        local yt = y:to("cpu"):totable()
+        for a = 1, T do for b = 1, N do for c = 1, H do if yt[a][b][c] ~= ref[a][b][c] then same = false end end end end
+        line[#line + 1] = string.format("%s %.3f%s", name, t, same and "" or " DIFF")
+      else
+        line[#line + 1] = name .. " n/a"
       end
     end
   end

@@ -30,8 +30,12 @@
  * Instances: NB rows x KW words in isk_kernel_of (H <= 4 S KW, S H <= ISK_MAX_THREADS = 256, so
  * H <= 128: up to 64 with 4 S KW registers of R for one row). The shape (isk_choose, a model
  * fitted on an H200 over forced shapes, bench/cuda_int_gru.md): the fewest rows per CTA with at
- * most two CTAs per multiprocessor (NB = 1 up to 264 rows), then the fewest lanes per unit; the
- * whole grid must be resident at once (else the cluster kernel runs).
+ * most two CTAs per multiprocessor (NB = 1 up to 264 rows), then the fewest lanes per unit, where
+ * the whole grid is resident at once; where no such shape exists (more rows than one wave holds),
+ * the shape with the fewest threads over the grid, in as many waves as it takes (rows are
+ * independent recurrences, so a wave simply follows the one before): at T100 C40 on an H100, H 128
+ * with N 512 / 1024 0.32 / 0.63 ms, against the cluster kernel's 0.60 / 1.16 that auto took
+ * before and its best forced shape's 0.48 / 0.91; H 64, N 1024: 0.30 against 0.58 (session 42).
  * Built with --fmad=false as int_gru.cu (CMakeLists.txt).
  */
 #include "int_gru_common.cuh"
@@ -592,17 +596,25 @@ qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t 
   const int64_t wide_row = 12 * H > Hy ? 12 * H : Hy;   /* the kernel's offsets are 32-bit */
   if (T * N * wide_row >= ((int64_t)1 << 31)) return QG_OK;
   const int nbs[4] = {1, 2, 4, 8};
+  /* pass 0: one wave (the model above); pass 1, unforced and only where pass 0 found nothing:
+   * every shape that fits a multiprocessor, in waves, the fewest threads over the grid kept */
+  isk_plan best;
+  memset(&best, 0, sizeof best);
+  int64_t best_threads = 0;
+  for (int pass = 0; pass < 2; pass++)
   for (int a = 0; a < 4; a++) {
+    if (pass == 1 && forced_rows > 0) break;
     const int NB = nbs[a];
     if (forced_rows > 0 && NB != forced_rows) continue;
     /* unforced: the fewest rows per CTA with at most two CTAs per multiprocessor (else 8) */
-    if (forced_rows == 0 && NB < 8 && (N + NB - 1) / NB > 2LL * sms) continue;
+    if (pass == 0 && forced_rows == 0 && NB < 8 && (N + NB - 1) / NB > 2LL * sms) continue;
     isk_plan c;
     memset(&c, 0, sizeof c);
     c.NB = NB;
     if (!isk_lanes(H, NB, forced_splits, &c.S, &c.KW)) continue;
     /* the two roles: one row, one lane per unit (ws 1: forced, 2: wherever it holds the layer) */
     c.ws = ws > 0 && NB == 1 && c.S == 1 && isk_ws_kernel_of(c.KW) && 2 * round_up(H, 32) <= ISK_MAX_THREADS;
+    if (pass == 1 && ws != 1) c.ws = 0;   /* in waves the two roles' doubled threads cost more than they save */
     if (ws == 1 && !c.ws) continue;
     c.Kp = 4LL * c.S * c.KW;
     c.threads = (int)round_up((int64_t)c.S * H, 32) * (c.ws ? 2 : 1);
@@ -620,11 +632,17 @@ qg_status isk_choose(qg_ctx *ctx, const char *fn, int64_t T, int64_t N, int64_t 
     int per_sm = 0;
     QG_CUDA_CHECK(ctx, fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, c.threads, (size_t)c.smem));
     if (per_sm < 1) continue;
-    if (forced_rows == 0 && c.blocks > (int64_t)per_sm * sms) continue;   /* more than one wave: the cluster kernel */
+    if (pass == 1) {   /* in waves: the fewest threads over the grid, then the fewest rows a CTA */
+      const int64_t threads = c.blocks * c.threads;
+      if (!*found || threads < best_threads) { best = c; best_threads = threads; *found = 1; }
+      continue;
+    }
+    if (forced_rows == 0 && c.blocks > (int64_t)per_sm * sms) continue;   /* more than one wave: pass 1 */
     *out = c;
     *found = 1;
     return QG_OK;
   }
+  if (*found) *out = best;
   return QG_OK;
 }
 

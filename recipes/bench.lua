@@ -8,7 +8,9 @@
 -- fixed gradOutput, as its out.square().mean().backward()), float inference (forward), QAT train
 -- step (int8, every operator) and integer inference (weight quantizers tracking the weights, as
 -- in QAT, and frozen, as a finished model runs); in the strict (fp32) and tf32 math modes
--- (qgru.setMath); the float rows also with each recurrence forced (--paths). Each sample is
+-- (qgru.setMath); the float rows also with each recurrence forced (--paths). --shapes takes those
+-- names and shapes of your own as TxNxCxH (e.g. 100x128x40x128: T steps, N batch rows, C inputs,
+-- H units; bench/cudnn_shapes.py times cuDNN on the same tokens). Each sample is
 -- timed by CUDA events around the work it enqueues (qgru.deviceTime), as bench_cudnn.py times
 -- cuDNN (torch.cuda.Event); until run 6 (bench/gpu.md) the host clock between synchronisations.
 -- Run it in the same device command as bench_cudnn.py and compare the ratios.
@@ -19,6 +21,29 @@ local clib = require("qgru.clib")
 local Tensor = require("qgru.tensor")
 local quant, cli, zoo, optim, json, nn = qgru.quant, qgru.cli, qgru.zoo, qgru.optim, qgru.json, qgru.nn
 
+local function split(s)
+  local out = {}
+  for w in s:gmatch("[^,%s]+") do out[#out + 1] = w end
+  return out
+end
+
+-- GPU shapes {T, N, C, H}: bench_cudnn.py's five by name, and the caller's as TxNxCxH
+local SHAPES = {
+  ["seed-small"] = { 100, 4, 128, 256 }, ["seed-qat"] = { 50, 32, 64, 128 }, medium = { 100, 64, 256, 512 },
+  large = { 100, 256, 512, 1024 }, ["long-kws"] = { 1000, 16, 40, 64 },
+}
+local function parse_shape(s)
+  local dims = {}
+  for d in (s .. "x"):gmatch("([^x]*)x") do dims[#dims + 1] = d end
+  if #dims ~= 4 then return nil end
+  for k = 1, 4 do
+    local v = dims[k]:match("^%d+$") and tonumber(dims[k])
+    if not v or v < 1 or v > 2 ^ 31 - 1 then return nil end
+    dims[k] = v
+  end
+  return dims
+end
+
 local opt = cli.main(arg, {
   name = { "bench", "run name", { nonempty = true } },
   device = { "auto", "cpu, cuda, or auto (cuda when a GPU is visible)", { choices = { "auto", "cpu", "cuda" } } },
@@ -28,11 +53,24 @@ local opt = cli.main(arg, {
   batch = { 128, "CPU: batch size", { int = true, min = 1 } },
   threads = { 0, "CPU: BLAS threads (0 = default)", { int = true, min = 0 } },
   float_only = { false, "measure the float model only" },
-  shapes = { "seed-small,seed-qat,medium,large,long-kws", "GPU: comma-separated shape names", { nonempty = true } },
+  shapes = { "seed-small,seed-qat,medium,large,long-kws", "GPU: comma-separated shape names or TxNxCxH", { nonempty = true } },
   modes = { "strict,tf32", "GPU: comma-separated math modes", { nonempty = true } },
   paths = { true, "GPU: also time the float rows with the persistent and the fallback recurrence forced" },
   sweep = { false, "GPU: instead, time the raw forward and backward calls over forced persistent kernel shapes" },
-}, "recipes/bench.lua: float vs QAT step time (GPU: the five bench_cudnn shapes; CPU: the recipe shape)")
+}, "recipes/bench.lua: float vs QAT step time (GPU: the five bench_cudnn shapes or yours; CPU: the recipe shape)", function(o)
+  -- the shapes and modes are checked before any device work, so that a typo stops the run at once
+  for _, s in ipairs(split(o.shapes)) do
+    if not SHAPES[s] and not parse_shape(s) then
+      error("qgru: option --shapes: '" .. s .. "' is neither a shape name (seed-small, seed-qat, medium, large, long-kws) "
+            .. "nor TxNxCxH with four positive integers (e.g. 100x128x40x128)", 0)
+    end
+  end
+  for _, m in ipairs(split(o.modes)) do
+    if m ~= "strict" and m ~= "tf32" then error("qgru: option --modes: unknown math mode '" .. m .. "' (strict, tf32)", 0) end
+  end
+end)
+local shapes, modes = split(opt.shapes), split(opt.modes)
+for _, s in ipairs(shapes) do SHAPES[s] = SHAPES[s] or parse_shape(s) end
 
 local device = opt.device
 if device == "auto" then device = qgru.cudaAvailable() and "cuda" or "cpu" end
@@ -49,12 +87,6 @@ local function write(md, rows)
   local f = assert(io.open(dir .. "/bench.md", "w")); f:write(table.concat(md, "\n"), "\n"); f:close()
   json.write(dir .. "/bench.json", json.array(rows))
   log(table.concat(md, "\n"))
-end
-
-local function split(s)
-  local out = {}
-  for w in s:gmatch("[^,%s]+") do out[#out + 1] = w end
-  return out
 end
 
 -- ---- CPU: the recipe shape ------------------------------------------------------------------------
@@ -116,22 +148,7 @@ if device == "cpu" then
   return
 end
 
--- ---- GPU: the five bench_cudnn shapes -----------------------------------------------------------------
-local SHAPES = {
-  ["seed-small"] = { 100, 4, 128, 256 }, ["seed-qat"] = { 50, 32, 64, 128 }, medium = { 100, 64, 256, 512 },
-  large = { 100, 256, 512, 1024 }, ["long-kws"] = { 1000, 16, 40, 64 },
-}
-local shapes = split(opt.shapes)
-for _, s in ipairs(shapes) do
-  if not SHAPES[s] then
-    io.stderr:write("recipes/bench.lua: unknown shape '" .. s .. "' (seed-small, seed-qat, medium, large, long-kws)\n")
-    os.exit(2)
-  end
-end
-local modes = split(opt.modes)
-for _, m in ipairs(modes) do
-  if m ~= "strict" and m ~= "tf32" then io.stderr:write("recipes/bench.lua: unknown math mode '" .. m .. "'\n"); os.exit(2) end
-end
+-- ---- GPU: the five bench_cudnn shapes, or the caller's ------------------------------------------------
 
 local lib = clib.lib
 local ctx = clib.context("cuda")

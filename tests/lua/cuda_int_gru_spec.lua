@@ -947,6 +947,10 @@ gpu_describe("integer GRU on CUDA: the small-H kernel (all of R in one CTA) #gpu
     { seed = 87, T = 1, N = 3, C = 5, H = 16, h0 = true, rows = 1, ws = true, qref = true },
     { seed = 88, T = 2, N = 17, C = 4, H = 8, lengths = true, reverse = true, rows = 1, ws = true, cfg = u8rh, cname = "u8rh" },
     { seed = 89, T = 9, N = 3, C = 40, H = 64, h0 = true, reverse = true, rows = 1, ws = true, qref = true },
+    -- more CTAs than one wave holds (at most two per multiprocessor: 300 of 2 rows, 1100 of 1 row),
+    -- where auto also takes the small kernel in waves (isk_choose's second pass)
+    { seed = 90, T = 4, N = 600, C = 5, H = 100, h0 = true, lengths = true, rows = 2 },
+    { seed = 91, T = 3, N = 1100, C = 4, H = 64, lengths = true, reverse = true, rows = 1, cfg = u8rh, cname = "u8rh" },
   }
   local gpu_ctx = clib.context("cuda")
   local function forced(c, fn)

@@ -226,6 +226,8 @@ describe("recipes", function()
                          { "qat.lua", "--method floor", "option --method must be one of" },
                          { "calibrate.lua", "--weights /no/such.safetensors", "no float weights at /no/such.safetensors" },
                          { "bench.lua", "--repeats 2.5", "option --repeats expects an integer, got 2.5" },
+                         { "bench.lua", "--shapes seed-small,100x4x128", "'100x4x128' is neither a shape name" },
+                         { "bench.lua", "--shapes 100x4x0x256", "nor TxNxCxH with four positive integers" },
                          { "train_float.lua", "--bogus 1", "unknown option --bogus" } }) do
       local out, rc = run_recipe(dir, c[1], c[2] .. (c[1] == "train_float.lua" and " --data_dir /no/such/data" or ""))
       assert.are.equal(2, rc, out)
