@@ -10,10 +10,12 @@ class, imported from the file, so the method is the same) on TxNxCxH tokens, the
 --loop adds the fake-quant loop (slow: a Python loop of small kernels per step). Output: one JSON
 line per (shape, precision) as bench_cudnn.py prints them, shape named by its token.
 """
-import argparse, importlib.util, json, sys
+import argparse, importlib.util, os, sys
 
 
 def load_tool(path, reps):
+    if not os.path.isfile(path):
+        raise SystemExit("bench/cudnn_shapes.py: --tool %s: no such file (expected the path of bench_cudnn.py)" % path)
     argv = sys.argv
     sys.argv = [path, str(reps)]   # bench_cudnn.py reads its repeat count from argv at import
     try:
