@@ -37,6 +37,16 @@ QG_OP(int_gru_backward, (qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *d
                          qg_tensor *dh0, const qg_tensor *dy, int y_offset, const qg_tensor *dhn, const qg_int_gru_saved *saved,
                          const qg_tensor *h0, const qg_tensor *lengths, int reverse),
       (ctx, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths, reverse))
+/* Both directions, after the front door checked both and quantized both layers' weights. */
+QG_OP(int_gru_forward_bidir, (qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *y, qg_tensor *const *hn,
+                              const qg_int_gru_saved *const *saved, const qg_tensor *x, const qg_tensor *const *h0,
+                              const qg_tensor *lengths),
+      (ctx, g, y, hn, saved, x, h0, lengths))
+QG_OP(int_gru_backward_bidir, (qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *dx, qg_tensor *const *dW, qg_tensor *const *dR,
+                               qg_tensor *const *dbx, qg_tensor *const *dbr, qg_tensor *const *dh0, const qg_tensor *dy,
+                               const qg_tensor *const *dhn, const qg_int_gru_saved *const *saved, const qg_tensor *const *h0,
+                               const qg_tensor *lengths),
+      (ctx, g, dx, dW, dR, dbx, dbr, dh0, dy, dhn, saved, h0, lengths))
 QG_OP(stats_add, (qg_ctx *ctx, const qg_stats *stats, int row, const qg_tensor *values), (ctx, stats, row, values))
 /* range: host memory, [rows, 2] doubles: min and max of each row of w (f32 [rows, cols]), NaN ignored
  * (a row of NaNs gives +inf, -inf). The backend copies the result to the host before it returns. */

@@ -66,6 +66,7 @@ qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t see
 
 void qg_ctx_destroy(qg_ctx *ctx) {
   if (!ctx) return;
+  qg_ctx_destroy(ctx->peer);
   if (ctx->device == QG_CUDA) qg_dev_ctx_fini(ctx);
   free(ctx->workspace);
   free(ctx);

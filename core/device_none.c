@@ -23,4 +23,7 @@ qg_status qg_dev_timer(qg_ctx *ctx, int which, double *ms) { (void)which; (void)
 qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
   (void)nbytes; *out = NULL; return no_cuda(ctx, fn);
 }
+qg_status qg_dev_spare(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+  (void)nbytes; *out = NULL; return no_cuda(ctx, fn);
+}
 qg_status qg_dev_set_math(qg_ctx *ctx) { (void)ctx; return QG_OK; }

@@ -409,12 +409,11 @@ qg_status qg_int_gru_weights(qg_ctx *ctx, const qg_int_gru *g, int w, qg_tensor 
   return QG_OK;
 }
 
-qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
-                             const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
-                             const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
-                             const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
+/* Every check of qg_int_gru_forward's arguments (and the layer's tables refreshed); runs nothing. */
+static qg_status forward_checks(qg_ctx *ctx, const char *fn, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                                const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x, const qg_tensor *W,
+                                const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br, const qg_tensor *h0,
+                                const qg_tensor *lengths) {
   QG_CHECK(check_ready(ctx, fn, g));
   const int64_t xd[3] = {-1, -1, g->C};
   QG_CHECK(qg_check_tensor(ctx, fn, "x", x, QG_F32, 3, xd));
@@ -442,7 +441,16 @@ qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_off
                            stats ? stats->range : NULL, stats ? stats->counts : NULL};
   const char *names[] = {"y", "hn", "x", "W", "R", "bx", "br", "h0", "lengths", "saved.hq", "saved.cell", "saved.xq",
                          "saved.xmask", "stats.range", "stats.counts"};
-  QG_CHECK(check_on_layer(ctx, fn, g, 15, ts, names));
+  return check_on_layer(ctx, fn, g, 15, ts, names);
+}
+
+qg_status qg_int_gru_forward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *y, int y_offset, qg_tensor *hn,
+                             const qg_int_gru_saved *saved, const qg_stats *stats, const qg_tensor *x,
+                             const qg_tensor *W, const qg_tensor *R, const qg_tensor *bx, const qg_tensor *br,
+                             const qg_tensor *h0, const qg_tensor *lengths, int reverse) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(forward_checks(ctx, fn, g, y, y_offset, hn, saved, stats, x, W, R, bx, br, h0, lengths));
   QG_CHECK(QG_DISPATCH(ctx, g->device, int_gru_quantize_weights, g, W, R, bx, br));
   g->weights_quantized = 1;
   return QG_DISPATCH(ctx, g->device, int_gru_forward, g, y, y_offset, hn, saved, stats, x, h0, lengths, reverse);
@@ -453,12 +461,11 @@ int qg_int_gru_cell_path(const qg_int_gru *g) {
   return g->cell_path_read ? g->cell_path_read(g) : g->cell_path;
 }
 
-qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
-                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
-                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
-                              const qg_tensor *lengths, int reverse) {
-  if (!ctx) return QG_ERR_ARG;
-  const char *fn = __func__;
+/* Every check of qg_int_gru_backward's arguments; runs nothing. */
+static qg_status backward_checks(qg_ctx *ctx, const char *fn, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                                 qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                                 const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                                 const qg_tensor *lengths) {
   QG_CHECK(check_ready(ctx, fn, g));
   if (!saved || !saved->hq || !saved->cell || !saved->xq || !saved->xmask)
     return qg_fail(ctx, QG_ERR_ARG, fn, "saved state missing: run the forward in training mode first");
@@ -490,7 +497,69 @@ qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tens
   const qg_tensor *ts[] = {dx, dW, dR, dbx, dbr, dh0, dy, dhn, saved->hq, saved->cell, saved->xq, saved->xmask, h0, lengths};
   const char *names[] = {"dx", "dW", "dR", "dbx", "dbr", "dh0", "dy", "dhn", "saved.hq", "saved.cell", "saved.xq", "saved.xmask",
                          "h0", "lengths"};
-  QG_CHECK(check_on_layer(ctx, fn, g, 14, ts, names));
+  return check_on_layer(ctx, fn, g, 14, ts, names);
+}
+
+qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tensor *dW, qg_tensor *dR,
+                              qg_tensor *dbx, qg_tensor *dbr, qg_tensor *dh0, const qg_tensor *dy, int y_offset,
+                              const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
+                              const qg_tensor *lengths, int reverse) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(backward_checks(ctx, fn, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths));
   return QG_DISPATCH(ctx, g->device, int_gru_backward, g, dx, dW, dR, dbx, dbr, dh0, dy, y_offset, dhn, saved, h0, lengths,
                      reverse);
+}
+
+/* ---- both directions of a bidirectional layer ------------------------------------------------
+ * Every argument of both directions is checked before anything runs (nothing half-applied), then
+ * the backend runs them: the CPU one after the other, the GPU at the same time. */
+
+/* The two layers of a bidirectional call: both given, the same sizes. */
+static qg_status check_pair(qg_ctx *ctx, const char *fn, qg_int_gru *const *g) {
+  if (!g || !g[0] || !g[1]) return qg_fail(ctx, QG_ERR_ARG, fn, "g must hold the two directions' layers, got %s", g ? "a NULL entry" : "NULL");
+  if (g[0] == g[1]) return qg_fail(ctx, QG_ERR_ARG, fn, "g[0] and g[1] are the same layer: each direction needs its own");
+  if (g[0]->C != g[1]->C || g[0]->H != g[1]->H)
+    return qg_fail(ctx, QG_ERR_ARG, fn, "the directions' layers differ in size: g[0] is C %lld H %lld, g[1] C %lld H %lld",
+                   (long long)g[0]->C, (long long)g[0]->H, (long long)g[1]->C, (long long)g[1]->H);
+  return QG_OK;
+}
+
+#define QG_AT(a, d) ((a) ? (a)[d] : NULL)
+
+qg_status qg_int_gru_forward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *y, qg_tensor *const *hn,
+                                   const qg_int_gru_saved *const *saved, const qg_tensor *x, const qg_tensor *const *W,
+                                   const qg_tensor *const *R, const qg_tensor *const *bx, const qg_tensor *const *br,
+                                   const qg_tensor *const *h0, const qg_tensor *lengths) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_pair(ctx, fn, g));
+  if (!W || !R || !bx || !br) return qg_fail(ctx, QG_ERR_ARG, fn, "W, R, bx and br must be arrays of the two directions' weights");
+  if (saved && (!saved[0] || !saved[1])) return qg_fail(ctx, QG_ERR_ARG, fn, "saved must be NULL or hold both directions' saved state");
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(forward_checks(ctx, fn, g[d], y, d ? (int)g[0]->H : 0, QG_AT(hn, d), QG_AT(saved, d), NULL, x, W[d], R[d], bx[d], br[d],
+                            QG_AT(h0, d), lengths));
+  for (int d = 0; d < 2; d++) {
+    QG_CHECK(QG_DISPATCH(ctx, g[d]->device, int_gru_quantize_weights, g[d], W[d], R[d], bx[d], br[d]));
+    g[d]->weights_quantized = 1;
+  }
+  return QG_DISPATCH(ctx, g[0]->device, int_gru_forward_bidir, g, y, hn, saved, x, h0, lengths);
+}
+
+qg_status qg_int_gru_backward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *dx, qg_tensor *const *dW,
+                                    qg_tensor *const *dR, qg_tensor *const *dbx, qg_tensor *const *dbr, qg_tensor *const *dh0,
+                                    const qg_tensor *dy, const qg_tensor *const *dhn, const qg_int_gru_saved *const *saved,
+                                    const qg_tensor *const *h0, const qg_tensor *lengths) {
+  if (!ctx) return QG_ERR_ARG;
+  const char *fn = __func__;
+  QG_CHECK(check_pair(ctx, fn, g));
+  if (!dW || !dR || !dbx || !dbr) return qg_fail(ctx, QG_ERR_ARG, fn, "dW, dR, dbx and dbr must be arrays of the two directions' gradients");
+  if (!saved || !saved[0] || !saved[1])
+    return qg_fail(ctx, QG_ERR_ARG, fn, "saved state missing: run the forward in training mode first (both directions)");
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(backward_checks(ctx, fn, g[d], dx, dW[d], dR[d], dbx[d], dbr[d], QG_AT(dh0, d), dy, d ? (int)g[0]->H : 0, QG_AT(dhn, d),
+                             saved[d], QG_AT(h0, d), lengths));
+  if (saved[0]->xq->dims[0] != saved[1]->xq->dims[0] || saved[0]->xq->dims[1] != saved[1]->xq->dims[1])
+    return qg_fail(ctx, QG_ERR_ARG, fn, "the directions' saved states differ in T or N: from different forwards");
+  return QG_DISPATCH(ctx, g[0]->device, int_gru_backward_bidir, g, dx, dW, dR, dbx, dbr, dh0, dy, dhn, saved, h0, lengths);
 }

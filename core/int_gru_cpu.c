@@ -1166,3 +1166,24 @@ qg_status qg_cpu_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_
   }
   return QG_OK;
 }
+
+/* Both directions of a bidirectional layer: one after the other, direction 0 first (what the GPU
+ * backend's concurrent form must equal). */
+qg_status qg_cpu_int_gru_forward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *y, qg_tensor *const *hn,
+                                       const qg_int_gru_saved *const *saved, const qg_tensor *x, const qg_tensor *const *h0,
+                                       const qg_tensor *lengths) {
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(qg_cpu_int_gru_forward(ctx, g[d], y, d ? (int)g[0]->H : 0, hn ? hn[d] : NULL, saved ? saved[d] : NULL, NULL, x,
+                                    h0 ? h0[d] : NULL, lengths, d));
+  return QG_OK;
+}
+
+qg_status qg_cpu_int_gru_backward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *dx, qg_tensor *const *dW,
+                                        qg_tensor *const *dR, qg_tensor *const *dbx, qg_tensor *const *dbr, qg_tensor *const *dh0,
+                                        const qg_tensor *dy, const qg_tensor *const *dhn, const qg_int_gru_saved *const *saved,
+                                        const qg_tensor *const *h0, const qg_tensor *lengths) {
+  for (int d = 0; d < 2; d++)
+    QG_CHECK(qg_cpu_int_gru_backward(ctx, g[d], dx, dW[d], dR[d], dbx[d], dbr[d], dh0 ? dh0[d] : NULL, dy, d ? (int)g[0]->H : 0,
+                                     dhn ? dhn[d] : NULL, saved[d], h0 ? h0[d] : NULL, lengths, d));
+  return QG_OK;
+}

@@ -47,6 +47,11 @@ struct qg_ctx {
   int persist_rows;           /* call); qg_ctx_set_persist_shape */
   int persist_splits;
   int persist_storage;
+  struct qg_ctx *peer;        /* CUDA: the second context on the same device on which a quantized
+                               * bidirectional layer's direction 1 runs (kernels/int_gru_bidir.cu);
+                               * created by the first such call, destroyed with this one */
+  void *dev_spare;            /* CUDA: a second grow-only device buffer (qg_dev_spare) */
+  int64_t dev_spare_bytes;
   uint64_t rng[4];            /* xoshiro256** */
   char error[1024];
 };
@@ -107,6 +112,9 @@ qg_status qg_dev_timer(qg_ctx *ctx, int which, double *ms);
  * next call; grow-only. Growing synchronizes the stream first (the old buffer may be in use), so
  * call it before enqueuing work, never while a graph is being captured. */
 qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
+/* A second device buffer like qg_dev_workspace, for what must outlive the workspace's users within
+ * one call (a bidirectional layer's direction-1 dx, kernels/int_gru_bidir.cu). */
+qg_status qg_dev_spare(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
 /* Applies ctx->math to the context's cuBLAS handle (TF32 tensor-op math or strict fp32). */
 qg_status qg_dev_set_math(qg_ctx *ctx);
 /* Releases the float GRU's captured CUDA graphs (kernels/gru.cu; called by qg_dev_ctx_fini). */

@@ -525,6 +525,35 @@ qg_status qg_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_tensor *dx, qg_tens
                               const qg_tensor *dhn, const qg_int_gru_saved *saved, const qg_tensor *h0,
                               const qg_tensor *lengths, int reverse);
 
+/* Both directions of one quantized bidirectional layer in one call: direction 0 is
+ * qg_int_gru_forward with reverse = 0 and y_offset = 0, direction 1 the one with reverse = 1 and
+ * y_offset = H; the same results as those two calls, bit for bit. The GPU runs the two directions
+ * at the same time: direction 1 on the context's peer, a second context on the same device that
+ * the first such call creates (its own streams, cuBLAS handles and workspace; freed with the
+ * context); the CPU runs them one after the other. Every argument of both directions is checked
+ * before anything runs. Arrays of 2 entries, indexed by direction:
+ *   g[d]              the directions' layers (distinct, the same C and H, on the context's device)
+ *   W[d], R[d], bx[d], br[d]   as in qg_int_gru_forward
+ *   hn     NULL, or an array of 2 ([N, H] or NULL each)
+ *   saved  NULL (inference), or an array of 2 (training)
+ *   h0     NULL (zeros), or an array of 2 ([N, H] or NULL each)
+ *   y [T, N, Hy] with Hy >= 2H, x [T, N, C], lengths: shared by both directions. No statistics
+ *   observer (calibration runs the directions one by one with qg_int_gru_forward). */
+qg_status qg_int_gru_forward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *y, qg_tensor *const *hn,
+                                   const qg_int_gru_saved *const *saved, const qg_tensor *x, const qg_tensor *const *W,
+                                   const qg_tensor *const *R, const qg_tensor *const *bx, const qg_tensor *const *br,
+                                   const qg_tensor *const *h0, const qg_tensor *lengths);
+/* Backward of qg_int_gru_forward_bidir: both directions' qg_int_gru_backward in one call (at the
+ * same time on the GPU, direction 1 on the peer). dx [T, N, C] ACCUMULATED with direction 0's
+ * gradient, then direction 1's (on the GPU direction 1's goes to a buffer of the context first and
+ * is added after both finish), or NULL; dW[d], dR[d], dbx[d], dbr[d] ACCUMULATED; dh0, dhn, h0 NULL
+ * or arrays of 2 (entries may be NULL); dy [T, N, Hy] (Hy >= 2H) or NULL; saved: the array of 2
+ * given to the training forward; lengths as given to it. */
+qg_status qg_int_gru_backward_bidir(qg_ctx *ctx, qg_int_gru *const *g, qg_tensor *dx, qg_tensor *const *dW,
+                                    qg_tensor *const *dR, qg_tensor *const *dbx, qg_tensor *const *dbr, qg_tensor *const *dh0,
+                                    const qg_tensor *dy, const qg_tensor *const *dhn, const qg_int_gru_saved *const *saved,
+                                    const qg_tensor *const *h0, const qg_tensor *lengths);
+
 /* ---- calibration statistics and methods (QUANT_SPEC.md section 5) ---------------------------
  * qg_stats_reset: min = +inf, max = -inf, lo = hi = 0 (min/max mode), counts zeroed.
  * qg_stats_begin_histogram: lo, hi = the row's min, max (widened to include 0), counts zeroed;

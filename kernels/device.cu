@@ -118,6 +118,8 @@ extern "C" void qg_dev_ctx_fini(qg_ctx *ctx) {
   for (int i = 0; i < 2; i++)
     if (ctx->ev_timer[i]) { cudaEventDestroy((cudaEvent_t)ctx->ev_timer[i]); ctx->ev_timer[i] = NULL; }
   if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
+  if (ctx->dev_spare) cudaFree(ctx->dev_spare);
+  ctx->dev_spare = NULL;
   ctx->dev_workspace = NULL;
   ctx->ev_fork = ctx->ev_join = NULL;
 }
@@ -174,21 +176,30 @@ extern "C" qg_status qg_dev_set_math(qg_ctx *ctx) {
   return QG_OK;
 }
 
-extern "C" qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+/* Grows *buf (of *have bytes) to at least nbytes: qg_dev_workspace's and qg_dev_spare's rule. */
+static qg_status grow_buffer(qg_ctx *ctx, const char *fn, void **buf, int64_t *have, int64_t nbytes, void **out) {
   if (nbytes < 0) return qg_fail(ctx, QG_ERR_ARG, fn, "negative device workspace size %lld", (long long)nbytes);
-  if (nbytes > ctx->dev_workspace_bytes || !ctx->dev_workspace) {
+  if (nbytes > *have || !*buf) {
     int64_t want = nbytes + nbytes / 4 + 256;
     want = (want + 255) & ~(int64_t)255;
     /* The old buffer may still be read by queued kernels: let them finish before freeing it. */
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
     if (e != cudaSuccess) return cuda_fail(ctx, fn, e);
-    if (ctx->dev_workspace) cudaFree(ctx->dev_workspace);
-    ctx->dev_workspace = NULL;
-    ctx->dev_workspace_bytes = 0;
-    e = cudaMalloc(&ctx->dev_workspace, (size_t)want);
-    if (e != cudaSuccess) { ctx->dev_workspace = NULL; return cuda_fail(ctx, fn, e); }
-    ctx->dev_workspace_bytes = want;
+    if (*buf) cudaFree(*buf);
+    *buf = NULL;
+    *have = 0;
+    e = cudaMalloc(buf, (size_t)want);
+    if (e != cudaSuccess) { *buf = NULL; return cuda_fail(ctx, fn, e); }
+    *have = want;
   }
-  *out = ctx->dev_workspace;
+  *out = *buf;
   return QG_OK;
+}
+
+extern "C" qg_status qg_dev_workspace(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+  return grow_buffer(ctx, fn, &ctx->dev_workspace, &ctx->dev_workspace_bytes, nbytes, out);
+}
+
+extern "C" qg_status qg_dev_spare(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out) {
+  return grow_buffer(ctx, fn, &ctx->dev_spare, &ctx->dev_spare_bytes, nbytes, out);
 }

@@ -11,8 +11,9 @@
 --
 -- Each layer and direction has its own W [3H, in], R [3H, H], bx [3H], br [3H] in gate order
 -- z, r, g (see core/qgru.h for the formulation), named "l<k>.<fwd|bwd>.<W|R|bx|br>".
--- A float bidirectional layer runs both directions in one call (qg_gru_forward_bidir /
--- qg_gru_backward_bidir: at the same time on the GPU); the quantized step runs them one by one.
+-- A bidirectional layer runs both directions in one call (qg_gru_forward_bidir /
+-- qg_gru_backward_bidir, and quantized qg_int_gru_forward_bidir / qg_int_gru_backward_bidir: at the
+-- same time on the GPU); calibration's forwards run them one by one (each observes statistics).
 -- The C backward produces gradInput and the parameter gradients in one pass, so (as torch/rnn's
 -- SeqGRU does) updateGradInput runs it and accGradParameters only runs it when it was not run.
 -- With a quantization state attached (qgru.quant.prepare) and enabled, every layer and direction
@@ -237,6 +238,8 @@ function GRU:updateOutput(input)
     self._ys[l] = y
     if D == 2 and not q then
       self:_forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
+    elseif D == 2 and not q:calibrating() then
+      q:forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
     else
       for d = 0, D - 1 do
         local h0v = h0 and h0:select(l * D + d + 1) or nil
@@ -287,6 +290,8 @@ function GRU:_backward(input, gradOutput, scale)
     local dyl = l == L - 1 and dy or self["_dy" .. l]
     if D == 2 and not q then
       self:_backwardBidir(ctx, l, dx, dyl, dh0, inp, lengths)
+    elseif D == 2 then
+      q:backwardBidir(ctx, l, dx, dyl, dh0)
     else
       for d = 0, D - 1 do
         local dh0v = dh0 and dh0:select(l * D + d + 1) or nil

@@ -8,7 +8,8 @@
 -- (qg_int_gru_calibrate_weight: on a GPU, symmetric minmax runs on the device with no host
 -- synchronisation, every forward when tracking); their host tensors are pulled from the layer
 -- when read (Quantizer:markDerived, LayerQuant:pull). nn.GRU runs the layers and directions and calls GRUQuant:forwardLayer /
--- :backwardLayer when the state is enabled.
+-- :backwardLayer (a bidirectional layer's two directions: :forwardBidir / :backwardBidir, one C
+-- call, at the same time on a GPU) when the state is enabled.
 --
 -- Modes: "qat" (the integer forward; the default once calibrated), "calib_float" (the float
 -- forward observing statistics: calibration pass 1), "calib_quant" (the integer forward
@@ -221,23 +222,12 @@ end
 
 function GRUQuant:calibrating() return self.mode == "calib_float" or self.mode == "calib_quant" end
 
--- One layer and direction of nn.GRU's forward, in the current mode: the integer step (saving
--- state for the backward when training), or, in calibration pass 1, the float step observing
--- statistics. y [T, N, D*H] gets columns [d*H, (d+1)*H); hn [N, H] the final state.
-function GRUQuant:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
+-- What one layer and direction needs before its integer forward: its quantizers ready, its weight
+-- quantizers following the weights (when tracking), and, when training, the saved-state buffers
+-- (kept in lq.last for the backward). Returns the qg_int_gru_saved (nil at inference).
+function GRUQuant:_prepareLayer(lq, inp, h0v, lengths, training)
   local gru = self.gru
-  local lq = self.layers[l * gru.dirs + d]
   local T, N, H = inp:size(1), inp:size(2), gru.hiddenSize
-  local stats = self:calibrating() and lq.stats or nil
-  local w = gru.weights[l][d]
-  local lt = lengths and lengths.t or nil
-  if self.mode == "calib_float" then
-    local hs = gru:buffer("_hs" .. lq.key, { T + 1, N, H }, inp:device())
-    gru:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, nil, stats, inp.t, w.W.t, w.R.t, w.bx.t, w.br.t,
-                                      h0v and h0v.t or nil, lt, d))
-    hn:copy(hs:select(T + 1))
-    return
-  end
   local ok, which = lq:ready()
   if not ok then
     gru:fail("quantizer %s is not calibrated: run quant.calibrate(model, data) or quant.load(model, path) first", which)
@@ -258,6 +248,27 @@ function GRUQuant:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
   else
     lq.last = nil
   end
+  return saved
+end
+
+-- One layer and direction of nn.GRU's forward, in the current mode: the integer step (saving
+-- state for the backward when training), or, in calibration pass 1, the float step observing
+-- statistics. y [T, N, D*H] gets columns [d*H, (d+1)*H); hn [N, H] the final state.
+function GRUQuant:forwardLayer(ctx, l, d, y, inp, h0v, lengths, hn, training)
+  local gru = self.gru
+  local lq = self.layers[l * gru.dirs + d]
+  local T, N, H = inp:size(1), inp:size(2), gru.hiddenSize
+  local stats = self:calibrating() and lq.stats or nil
+  local w = gru.weights[l][d]
+  local lt = lengths and lengths.t or nil
+  if self.mode == "calib_float" then
+    local hs = gru:buffer("_hs" .. lq.key, { T + 1, N, H }, inp:device())
+    gru:ccall(ctx, lib.qg_gru_forward(ctx, y.t, d * H, hs.t, nil, stats, inp.t, w.W.t, w.R.t, w.bx.t, w.br.t,
+                                      h0v and h0v.t or nil, lt, d))
+    hn:copy(hs:select(T + 1))
+    return
+  end
+  local saved = self:_prepareLayer(lq, inp, h0v, lengths, training)
   gru:ccall(ctx, lib.qg_int_gru_forward(ctx, lq.handle, y.t, d * H, hn.t, saved, stats, inp.t, w.W.t, w.R.t, w.bx.t, w.br.t,
                                         h0v and h0v.t or nil, lt, d))
 end
@@ -270,6 +281,53 @@ function GRUQuant:backwardLayer(ctx, l, d, dx, dy, dh0v)
   gru:ccall(ctx, lib.qg_int_gru_backward(ctx, lq.handle, dx.t, g.W.t, g.R.t, g.bx.t, g.br.t, dh0v and dh0v.t or nil, dy.t,
                                          d * gru.hiddenSize, nil, s.saved, s.h0 and s.h0.t or nil,
                                          s.lengths and s.lengths.t or nil, d))
+end
+
+-- Both directions of a bidirectional layer l in one C call (qg_int_gru_forward_bidir: at the same
+-- time on a GPU); integer mode only (calibration runs the directions one by one). h0 [L*2, N, H]
+-- or nil; hn [L*2, N, H] gets slices 2l+1, 2l+2.
+function GRUQuant:forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
+  local gru = self.gru
+  local lq, hv, h0v, handles, saved, W, R, bx, br = {}, {}, {}, {}, {}, {}, {}, {}, {}
+  for d = 0, 1 do
+    lq[d] = self.layers[l * 2 + d]
+    h0v[d] = h0 and h0:select(l * 2 + d + 1) or nil
+    hv[d] = hn:select(l * 2 + d + 1)
+    saved[d] = self:_prepareLayer(lq[d], inp, h0v[d], lengths, training)
+    local w = gru.weights[l][d]
+    handles[d], W[d], R[d], bx[d], br[d] = lq[d].handle, w.W.t, w.R.t, w.bx.t, w.br.t
+  end
+  local function arr(ct, a, b) return ffi.new(ct, a, b) end
+  -- hv, h0v and lq stay referenced (locals) until the call returns: their finalizers free the C structs
+  gru:ccall(ctx, lib.qg_int_gru_forward_bidir(ctx, arr("qg_int_gru*[2]", handles[0], handles[1]), y.t,
+                                              arr("qg_tensor*[2]", hv[0].t, hv[1].t),
+                                              training and arr("const qg_int_gru_saved*[2]", saved[0], saved[1]) or nil,
+                                              inp.t, arr("const qg_tensor*[2]", W[0], W[1]), arr("const qg_tensor*[2]", R[0], R[1]),
+                                              arr("const qg_tensor*[2]", bx[0], bx[1]), arr("const qg_tensor*[2]", br[0], br[1]),
+                                              h0 and arr("const qg_tensor*[2]", h0v[0].t, h0v[1].t) or nil,
+                                              lengths and lengths.t or nil))
+  return hv, h0v
+end
+
+-- The backward of forwardBidir (qg_int_gru_backward_bidir). dh0 [L*2, N, H] or nil.
+function GRUQuant:backwardBidir(ctx, l, dx, dy, dh0)
+  local gru = self.gru
+  local handles, last, dv, g = {}, {}, {}, {}
+  for d = 0, 1 do
+    local lq = self.layers[l * 2 + d]
+    handles[d], last[d], g[d] = lq.handle, lq.last, gru.grads[l][d]
+    dv[d] = dh0 and dh0:select(l * 2 + d + 1) or nil
+  end
+  local function arr(ct, a, b) return ffi.new(ct, a, b) end
+  local s0, s1 = last[0], last[1]
+  gru:ccall(ctx, lib.qg_int_gru_backward_bidir(ctx, arr("qg_int_gru*[2]", handles[0], handles[1]), dx.t,
+                                               arr("qg_tensor*[2]", g[0].W.t, g[1].W.t), arr("qg_tensor*[2]", g[0].R.t, g[1].R.t),
+                                               arr("qg_tensor*[2]", g[0].bx.t, g[1].bx.t), arr("qg_tensor*[2]", g[0].br.t, g[1].br.t),
+                                               dh0 and arr("qg_tensor*[2]", dv[0].t, dv[1].t) or nil, dy.t, nil,
+                                               arr("const qg_int_gru_saved*[2]", s0.saved, s1.saved),
+                                               s0.h0 and arr("const qg_tensor*[2]", s0.h0.t, s1.h0.t) or nil,
+                                               s0.lengths and s0.lengths.t or nil))
+  return dv
 end
 
 -- Text for print(model): one line per layer and direction.
