@@ -7,7 +7,8 @@ class, imported from the file, so the method is the same) on TxNxCxH tokens, the
 
   python3 bench/cudnn_shapes.py --tool PATH/bench_cudnn.py --shapes 100x128x40x128,50x32x64x128 [--reps 20] [--loop]
 
---loop adds the fake-quant loop (slow: a Python loop of small kernels per step). Output: one JSON
+--loop adds the fake-quant loop (slow: a Python loop of small kernels per step); --bidir times
+cuDNN's bidirectional GRU instead (the loop is one direction: not with --bidir). Output: one JSON
 line per (shape, precision) as bench_cudnn.py prints them, shape named by its token.
 """
 import argparse, importlib.util, os, sys
@@ -40,7 +41,10 @@ def main():
     ap.add_argument("--shapes", required=True, help="comma-separated TxNxCxH")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--loop", action="store_true", help="also the PyTorch fake-quant loop")
+    ap.add_argument("--bidir", action="store_true", help="cuDNN's bidirectional GRU (output 2H)")
     a = ap.parse_args()
+    if a.bidir and a.loop:
+        raise SystemExit("bench/cudnn_shapes.py: --loop runs bench_cudnn.py's one-direction fake-quant GRU; not with --bidir")
     shapes = [(t, parse_shape(t)) for t in a.shapes.split(",") if t]
     m = load_tool(a.tool, a.reps)
     torch, nn = m.torch, m.nn
@@ -53,7 +57,7 @@ def main():
             torch.backends.cudnn.allow_tf32 = prec != "fp32-strict"
             torch.backends.cuda.matmul.allow_tf32 = prec != "fp32-strict"
             dt = torch.float16 if prec == "fp16" else torch.float32
-            gru = nn.GRU(C, H).to(m.dev, dt)
+            gru = nn.GRU(C, H, bidirectional=a.bidir).to(m.dev, dt)
             xx = x.to(dt)
             with torch.no_grad():
                 fwd = m.bench(lambda: gru(xx))
@@ -63,7 +67,8 @@ def main():
                 out, hn = gru(xg)
                 out.float().square().mean().backward()
             tr = m.bench(step)
-            m.emit(anchor="cudnn", shape=name, T=T, N=N, C=C, H=H, prec=prec, infer_ms=fwd, train_ms=tr)
+            m.emit(anchor="cudnn-bidir" if a.bidir else "cudnn", shape=name, T=T, N=N, C=C, H=H, prec=prec, infer_ms=fwd,
+                   train_ms=tr)
         if a.loop:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
