@@ -3,9 +3,10 @@
 -- context's peer) against the two one-direction calls in order, bit for bit: y (both halves), hn,
 -- every saved byte, and dx, dW, dR, dbx, dbr, dh0 accumulated onto non-zero values. On the CPU
 -- (always) and on a GPU (tagged by a pending line where there is none) over the integer kernels'
--- paths: the small-H kernel with lengths and h0, the cluster kernel, and at H 600 with 130 rows the
--- large-H forward and the strict backward's two row groups, side stream and exact split (strict
--- and TF32). And the front door's refusals: nothing runs when either direction's arguments are bad.
+-- paths: the small-H kernel with lengths and h0, the cluster kernel, at H 600 with 130 rows the
+-- large-H forward and the strict backward's two row groups and exact split (strict and TF32), and
+-- the per-step backward forced with its side stream (the peer copies the context's settings). And
+-- the front door's refusals: nothing runs when either direction's arguments are bad.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
 local nn, quant, Tensor = qgru.nn, qgru.quant, qgru.Tensor
@@ -190,15 +191,22 @@ describe("qg_int_gru_forward_bidir / backward_bidir #gpu", function()
   local cases = {
     { seed = 11, T = 20, N = 3, C = 5, H = 7, lengths = true, h0 = true },   -- the small-H kernel
     { seed = 12, T = 12, N = 17, C = 40, H = 130, lengths = true },          -- the cluster kernel
-    { seed = 13, T = 6, N = 130, C = 40, H = 600, h0 = true },               -- large H, two row groups, exact split
-    { seed = 14, T = 6, N = 130, C = 40, H = 600, lengths = true, math = "tf32" },
+    { seed = 13, T = 3, N = 130, C = 40, H = 600, h0 = true },               -- large H, two row groups, exact split
+    { seed = 14, T = 3, N = 130, C = 40, H = 600, lengths = true, math = "tf32" },
+    -- the per-step backward forced: two row groups, the column maxima and dx in chunks beside the
+    -- loop on each context's side stream (as cuda_int_gru_spec's seeds 75 and 76)
+    { seed = 15, T = 40, N = 130, C = 9, H = 33, h0 = true, lengths = true, path = "fallback" },
+    { seed = 16, T = 35, N = 130, C = 9, H = 33, path = "fallback", math = "tf32" },
   }
   for _, c in ipairs(cases) do
-    it(string.format("equal the one-direction calls bit for bit: T%d N%d C%d H%d%s%s%s", c.T, c.N, c.C, c.H,
-                     c.lengths and " lengths" or "", c.h0 and " h0" or "", c.math and (" " .. c.math) or ""), function()
+    it(string.format("equal the one-direction calls bit for bit: T%d N%d C%d H%d%s%s%s%s", c.T, c.N, c.C, c.H,
+                     c.lengths and " lengths" or "", c.h0 and " h0" or "", c.math and (" " .. c.math) or "",
+                     c.path and (" " .. c.path) or ""), function()
       qgru.setMath(c.math or "strict")
+      qgru.setKernelPath(c.path or "auto")
       local ok, err = pcall(check_case, c, "cuda")
       qgru.setMath("strict")
+      qgru.setKernelPath("auto")
       assert(ok, err)
     end)
   end
