@@ -18,7 +18,7 @@
  * directions write is dx (ACCUMULATED): direction 1's goes to the context's spare buffer (zeroed
  * on the peer's stream) and is added into dx after the join, so dx = (dx + d0) + d1 as one after the
  * other gives wherever each direction adds its dx in one rounding (checked against the
- * one-direction calls bit for bit by tests/lua/cuda_qat_spec.lua).
+ * one-direction calls bit for bit by tests/lua/int_gru_bidir_spec.lua).
  */
 #include "cuda_common.cuh"
 #include "../core/int_gru.h"   /* the layer's size (g->H) */

@@ -283,6 +283,9 @@ function GRUQuant:backwardLayer(ctx, l, d, dx, dy, dh0v)
                                          s.lengths and s.lengths.t or nil, d))
 end
 
+-- A C array of the two directions' entries (ct: e.g. "qg_tensor*[2]").
+local function arr(ct, a, b) return ffi.new(ct, a, b) end
+
 -- Both directions of a bidirectional layer l in one C call (qg_int_gru_forward_bidir: at the same
 -- time on a GPU); integer mode only (calibration runs the directions one by one). h0 [L*2, N, H]
 -- or nil; hn [L*2, N, H] gets slices 2l+1, 2l+2.
@@ -297,7 +300,6 @@ function GRUQuant:forwardBidir(ctx, l, y, inp, h0, lengths, hn, training)
     local w = gru.weights[l][d]
     handles[d], W[d], R[d], bx[d], br[d] = lq[d].handle, w.W.t, w.R.t, w.bx.t, w.br.t
   end
-  local function arr(ct, a, b) return ffi.new(ct, a, b) end
   -- hv, h0v and lq stay referenced (locals) until the call returns: their finalizers free the C structs
   gru:ccall(ctx, lib.qg_int_gru_forward_bidir(ctx, arr("qg_int_gru*[2]", handles[0], handles[1]), y.t,
                                               arr("qg_tensor*[2]", hv[0].t, hv[1].t),
@@ -318,7 +320,6 @@ function GRUQuant:backwardBidir(ctx, l, dx, dy, dh0)
     handles[d], last[d], g[d] = lq.handle, lq.last, gru.grads[l][d]
     dv[d] = dh0 and dh0:select(l * 2 + d + 1) or nil
   end
-  local function arr(ct, a, b) return ffi.new(ct, a, b) end
   local s0, s1 = last[0], last[1]
   gru:ccall(ctx, lib.qg_int_gru_backward_bidir(ctx, arr("qg_int_gru*[2]", handles[0], handles[1]), dx.t,
                                                arr("qg_tensor*[2]", g[0].W.t, g[1].W.t), arr("qg_tensor*[2]", g[0].R.t, g[1].R.t),
