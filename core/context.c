@@ -47,21 +47,42 @@ qg_status qg_fail(qg_ctx *ctx, qg_status status, const char *fn, const char *fmt
 
 const char *qg_last_error(const qg_ctx *ctx) { return ctx ? ctx->error : "no context"; }
 
-qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t seed) {
-  if (!out) return QG_ERR_ARG;
+/* why: the caller's buffer (see qgru.h); formats into it when there is room */
+static qg_status create_fail(char *why, size_t why_bytes, qg_status status, const char *fmt, ...) {
+  if (why && why_bytes > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_bytes, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+qg_status qg_ctx_create_why(qg_ctx **out, int device, int device_index, uint64_t seed, char *why, size_t why_bytes) {
+  if (why && why_bytes > 0) why[0] = '\0';
+  if (!out) return create_fail(why, why_bytes, QG_ERR_ARG, "qg_ctx_create: out is NULL");
   *out = NULL;
-  if (device != QG_CPU && device != QG_CUDA) return QG_ERR_ARG;
+  if (device != QG_CPU && device != QG_CUDA)
+    return create_fail(why, why_bytes, QG_ERR_ARG, "qg_ctx_create: device %d is neither QG_CPU (0) nor QG_CUDA (1)", device);
   qg_ctx *ctx = (qg_ctx *)calloc(1, sizeof *ctx);
-  if (!ctx) return QG_ERR_MEMORY;
+  if (!ctx) return create_fail(why, why_bytes, QG_ERR_MEMORY, "qg_ctx_create: cannot allocate the context (%zu bytes)", sizeof *ctx);
   ctx->device = device;
   ctx->device_index = device_index;
   qg_rng_seed_state(ctx->rng, seed);
   if (device == QG_CUDA) {
     qg_status s = qg_dev_ctx_init(ctx);
-    if (s != QG_OK) { free(ctx); return s; }
+    if (s != QG_OK) {   /* the device layer wrote its reason into the context's message */
+      create_fail(why, why_bytes, s, "%s", ctx->error[0] ? ctx->error : qg_status_name(s));
+      free(ctx);
+      return s;
+    }
   }
   *out = ctx;
   return QG_OK;
+}
+
+qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t seed) {
+  return qg_ctx_create_why(out, device, device_index, seed, NULL, 0);
 }
 
 void qg_ctx_destroy(qg_ctx *ctx) {

@@ -99,6 +99,10 @@ const char *qg_status_name(qg_status s);
 
 /* device: QG_CPU or QG_CUDA; device_index selects the GPU (ignored for CPU). seed seeds the RNG. */
 qg_status qg_ctx_create(qg_ctx **out, int device, int device_index, uint64_t seed);
+/* qg_ctx_create, and where it fails (there is then no context to hold the message) the reason in
+ * why: a caller's buffer of why_bytes bytes, always NUL-terminated, "" on success (why may be NULL
+ * when why_bytes is 0). */
+qg_status qg_ctx_create_why(qg_ctx **out, int device, int device_index, uint64_t seed, char *why, size_t why_bytes);
 void qg_ctx_destroy(qg_ctx *ctx);        /* NULL is allowed */
 const char *qg_last_error(const qg_ctx *ctx);
 int qg_cuda_device_count(void);          /* 0 without CUDA or without a device */

@@ -31,8 +31,9 @@
 static qg_status peer_of(qg_ctx *ctx, const char *fn, qg_ctx **out) {
   if (!ctx->peer) {
     qg_ctx *p = NULL;
-    const qg_status s = qg_ctx_create(&p, QG_CUDA, ctx->device_index, 0);
-    if (s != QG_OK) return qg_fail(ctx, s, fn, "creating the second context for direction 1 failed");
+    char why[sizeof ctx->error];
+    const qg_status s = qg_ctx_create_why(&p, QG_CUDA, ctx->device_index, 0, why, sizeof why);
+    if (s != QG_OK) return qg_fail(ctx, s, fn, "creating the second context for direction 1 failed: %s", why);
     ctx->peer = p;
   }
   qg_ctx *p = ctx->peer;

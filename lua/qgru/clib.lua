@@ -67,11 +67,12 @@ function M.context(device)
   local dev = M.devices[device]
   if not dev then error("qgru: unknown device '" .. tostring(device) .. "' (expected 'cpu' or 'cuda')", 3) end
   local out = ffi.new("qg_ctx*[1]")
-  local st = lib.qg_ctx_create(out, dev, 0, default_seed)
+  local why = ffi.new("char[1024]")
+  local st = lib.qg_ctx_create_why(out, dev, 0, default_seed, why, 1024)
   if st ~= lib.QG_OK then
-    local why = ffi.string(lib.qg_status_name(st))
-    if st == lib.QG_ERR_NO_CUDA then why = lib.qgru_has_cuda() == 0 and "libqgru was built without CUDA" or "no CUDA device is visible" end
-    error("qgru: cannot create a " .. device .. " context: " .. why, 3)
+    local reason = ffi.string(why)
+    if reason == "" then reason = ffi.string(lib.qg_status_name(st)) end
+    error("qgru: cannot create a " .. device .. " context: " .. reason, 3)
   end
   ctx = ffi.gc(out[0], lib.qg_ctx_destroy)
   M.check(ctx, lib.qg_ctx_set_math(ctx, math_modes[math_mode]), 2)

@@ -126,6 +126,39 @@ describe("files: clear errors and no half-applied state", function()
 end)
 
 describe("context settings", function()
+  it("qg_ctx_create_why: a failed creation says why in the caller's buffer, and nothing is created", function()
+    local ffi = require("ffi")
+    local lib = require("qgru.clib").lib
+    local out = ffi.new("qg_ctx*[1]")
+    local why = ffi.new("char[256]")
+    assert.are.equal(lib.QG_ERR_ARG, lib.qg_ctx_create_why(out, 7, 0, 0, why, 256))
+    assert.are.equal("qg_ctx_create: device 7 is neither QG_CPU (0) nor QG_CUDA (1)", ffi.string(why))
+    assert.is_true(out[0] == nil)
+    assert.are.equal(lib.QG_ERR_ARG, lib.qg_ctx_create_why(nil, lib.QG_CPU, 0, 0, why, 256))
+    assert.are.equal("qg_ctx_create: out is NULL", ffi.string(why))
+    -- a short buffer: truncated, still terminated
+    local small = ffi.new("char[8]", "xxxxxxx")
+    assert.are.equal(lib.QG_ERR_ARG, lib.qg_ctx_create_why(out, 7, 0, 0, small, 8))
+    assert.are.equal("qg_ctx_", ffi.string(small))
+    -- a GPU index past the last: out of range with a GPU, else the reason there is none
+    local st = lib.qg_ctx_create_why(out, lib.QG_CUDA, 99, 0, why, 256)
+    assert.is_true(out[0] == nil)
+    if lib.qg_cuda_device_count() > 0 then
+      assert.are.equal(lib.QG_ERR_ARG, st)
+      assert.are.equal(string.format("qg_ctx_create: device index 99 out of range [0, %d)", lib.qg_cuda_device_count()),
+                       ffi.string(why))
+    else
+      assert.are.equal(lib.QG_ERR_NO_CUDA, st)
+      local msg = ffi.string(why)
+      assert.is_truthy(msg == "qg_ctx_create: no CUDA device is visible"
+                       or msg:find("^qg_ctx_create: libqgru was built without CUDA"), msg)
+    end
+    -- success: an empty reason
+    assert.are.equal(lib.QG_OK, lib.qg_ctx_create_why(out, lib.QG_CPU, 0, 0, why, 256))
+    assert.are.equal("", ffi.string(why))
+    lib.qg_ctx_destroy(out[0])
+  end)
+
   it("qg_ctx_set_exact_split: a mode outside the enum is a clear error and leaves the setting as it was", function()
     local ffi = require("ffi")
     local clib = require("qgru.clib")
