@@ -565,17 +565,19 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
  * global stores and the bias sums. */
 enum { BV_WORDS = 10 };
 
-/* bar.sync (barrier.sync.aligned), which the warp roles reach from different instructions:
- * compute-sanitizer synccheck reports "divergent thread(s) in block" on it (the 6 specs that run
- * bwd_ws3_kernel; results, memcheck and racecheck are clean). Measured alternatives, none kept:
- * the non-aligned form (barrier.sync) passed synccheck but made the small-H kernels 9% slower
- * (long-kws int8 inference 0.623-0.633 ms against 0.570-0.575); one noinline barrier function
- * still failed synccheck and ran 33% slower (bench/gpu_runs/s18_barriers_h200_*.log); session 19:
- * all three roles in one loop (each wait one instruction, as int_gru_small_ws_kernel now has)
- * passed synccheck and racecheck but took long-kws's backward from 0.63 to 0.75 ms
- * (s19_roles_h200_ab2.log), and arrive / wait pairs between the roles passed synccheck but
- * racecheck then reported hazards on 5 of the 6 specs, at 0.67 ms (s19_ws3_arrive_h200_*.log). */
-__device__ __forceinline__ void named_barrier(int id, int count) { bar_sync_named(id, count); }
+/* The roles' named barriers in the non-aligned form (barrier.sync id, n; ptx.cuh): the three
+ * roles reach each barrier from instructions of their own, which bar.sync (barrier.sync.aligned)
+ * does not allow (PTX: an aligned barrier in conditional code needs every thread to take the same
+ * path), and compute-sanitizer synccheck reported "divergent thread(s) in block" on the 6-7 specs
+ * that run this kernel with it (runs 18-20). The non-aligned form passes synccheck on every STE
+ * backward test (session 44, bench/sanitize.md) and costs the long-kws backward about 1.5% (H100,
+ * four alternated rounds: the layer's backward 0.598-0.606 -> 0.611-0.626 ms, the train step
+ * 1.130-1.159 -> 1.141-1.163; bench/gpu_runs/s44_ws3_unaligned_h100.log). Measured before and not
+ * kept: the same form in the small-H inference kernels (9% slower there), one noinline barrier
+ * function (failed synccheck, 33% slower; bench/gpu_runs/s18_barriers_h200_*.log), all three roles
+ * in one loop (0.63 -> 0.75 ms, s19_roles_h200_ab2.log), arrive / wait pairs between the roles
+ * (racecheck hazards on 5 of the 6 specs, s19_ws3_arrive_h200_*.log). */
+__device__ __forceinline__ void named_barrier(int id, int count) { bar_sync_named_unaligned(id, count); }
 
 template <int KPT>
 __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {

@@ -68,6 +68,12 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
  * compute-sanitizer's racecheck does not follow these (bench/racecheck_named_probe.cu): where it
  * must, order shared memory with mbarriers (mbarrier.cuh). */
 __device__ __forceinline__ void bar_sync_named(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+/* barrier.sync id, n (not .aligned): the same wait, for warps that reach it from different
+ * instructions (warp roles each on a code path of its own), which the aligned form does not allow
+ * and compute-sanitizer synccheck reports ("divergent thread(s) in block") */
+__device__ __forceinline__ void bar_sync_named_unaligned(int id, int n) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 
 /* The shared::cluster address of the same offset in the shared memory of the cluster's CTA `rank`
  * (a = a shared::cta address of this CTA). */
