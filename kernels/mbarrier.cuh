@@ -7,7 +7,9 @@
  * Why mbarriers rather than named barriers: compute-sanitizer's racecheck follows an mbarrier's
  * arrive / wait pairs when every thread that accessed the memory arrives itself. It does not
  * follow named barriers with a thread count (bar.sync id, n), and it does not follow one arrival
- * per warp after __syncwarp (bench/racecheck_named_probe.cu, bench/racecheck_async_probe.cu).
+ * per warp after __syncwarp, nor one per warpgroup after a bar.sync of the warpgroup, though both
+ * are correct orders (bench/racecheck_named_probe.cu, bench/racecheck_async_probe.cu,
+ * bench/racecheck_nvjet_pattern_probe.cu: the form that draws its reports in cuBLAS's nvjet kernels).
  * synccheck accepts a wait that different roles reach from different code, which bar.sync
  * (barrier.sync.aligned) does not allow.
  * Arrive is a release and wait an acquire, both at CTA scope. A phase's parity is its count mod 2.
