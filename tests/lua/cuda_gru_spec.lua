@@ -18,6 +18,7 @@
 -- compute-sanitizer on the GPU machine (tests/gpu/device_check.sh).
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local Tensor = require("qgru.tensor")
 
 local lib, ffi = clib.lib, clib.ffi
@@ -26,12 +27,7 @@ local TOL = 1e-5
 local BINS = lib.QG_STATS_BINS
 
 describe("CUDA float GRU #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device (libqgru " .. (lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
-      pending("no CUDA device")
-    end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
 
   local cpu, gpu = clib.context("cpu"), clib.context("cuda")
   local function check(ctx, st) clib.check(ctx, st, 2) end

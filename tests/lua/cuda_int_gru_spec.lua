@@ -25,6 +25,7 @@
 -- Tagged gpu: without a CUDA device the whole file is skipped with one pending line.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local U = require("testutil")
 local R = require("qref")
 local nn, quant = qgru.nn, qgru.quant
@@ -36,10 +37,7 @@ local function check(ctx, st) clib.check(ctx, st, 2) end
 -- describe(name, body), but without a CUDA device one pending line instead of the body.
 local function gpu_describe(name, body)
   describe(name, function()
-    if not qgru.cudaAvailable() then
-      it("skipped: no CUDA device", function() pending("no CUDA device") end)
-      return
-    end
+    if skip_without_cuda(pending) then return end
     body()
   end)
 end
@@ -320,11 +318,7 @@ local CASES = {
 }
 
 describe("integer GRU on CUDA == CPU, bit for bit #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device (libqgru " .. (lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")",
-       function() pending("no CUDA device") end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
 
   for _, c in ipairs(CASES) do
     local label = string.format("seed %d: T=%d N=%d C=%d H=%d%s%s%s%s", c.seed, c.T, c.N, c.C, c.H, c.h0 and " h0" or "",

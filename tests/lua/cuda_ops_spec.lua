@@ -12,6 +12,7 @@
 -- skipped with a clear line where there is no CUDA device; the device-default part runs everywhere.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local serialize = require("qgru.serialize")
 local U = require("testutil")
 local nn, optim, train, data = qgru.nn, qgru.optim, qgru.train, qgru.data
@@ -19,14 +20,6 @@ local ffi, lib = clib.ffi, clib.lib
 
 local SIZES = { 1, 3, 17, 130, 300, 4099 }
 local NAN = 0 / 0
-
-local function skip_without_cuda()
-  if qgru.cudaAvailable() then return false end
-  it("skipped: no CUDA device (libqgru " .. (lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
-    pending("no CUDA device")
-  end)
-  return true
-end
 
 local function host(t) return t:device() == "cpu" and t or t:to("cpu") end
 local function flat(t) return U.flatten(host(t):totable()) end
@@ -63,7 +56,7 @@ end
 local function ctx_of(dev) return clib.context(dev) end
 
 describe("CUDA tensor ops vs the CPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
 
   it("axpy and scale: bit-identical, f32 and f64", function()
     for _, n in ipairs(SIZES) do
@@ -209,7 +202,7 @@ local function linear_case(N, In, O, bias, seed)
 end
 
 describe("CUDA Linear vs the CPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
 
   it("forward and backward in strict fp32 to 1e-5, on odd sizes (dx overwritten, dW and db accumulated)", function()
     local k = 0
@@ -277,7 +270,7 @@ describe("CUDA Linear vs the CPU #gpu", function()
 end)
 
 describe("CUDA losses vs the CPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
   local loss = ffi.new("double[1]")
 
   local function ce(dev, logits, target, scale)
@@ -392,7 +385,7 @@ local function arena_run(dev, kind, h, max_norm, steps, mag)
 end
 
 describe("CUDA optimizers vs the CPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
 
   it("sgd_step and adam_step: bit-identical with the CPU over 4 steps, odd sizes", function()
     for _, n in ipairs(SIZES) do
@@ -457,7 +450,7 @@ describe("CUDA optimizers vs the CPU #gpu", function()
 end)
 
 describe("CUDA fake quantization vs the CPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
 
   it("codes, masks and values bit-identical, per tensor and per channel, bitwidths 2..16, signed and unsigned", function()
     local n_cases = 0
@@ -524,7 +517,7 @@ local function toy_run(dev, ckpt)
 end
 
 describe("training on the GPU #gpu", function()
-  if skip_without_cuda() then return end
+  if skip_without_cuda(pending) then return end
 
   it("Linear + CrossEntropy + Adam through the engine: the CPU's losses to 1e-5, the same bits twice, checkpoints readable on the CPU", function()
     local ck = U.tmpname(".safetensors")

@@ -12,6 +12,7 @@
 -- Tagged gpu; skipped with a clear line where there is no CUDA device.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local U = require("testutil")
 local nn, optim, quant = qgru.nn, qgru.optim, qgru.quant
 local ffi, lib = clib.ffi, clib.lib
@@ -100,12 +101,7 @@ describe("QAT export after an optimizer step (cpu)", function()
 end)
 
 describe("QAT through the modules on CUDA vs the CPU #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device (libqgru " .. (lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
-      pending("no CUDA device")
-    end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
 
   it("calibration gives the CPU's exponents and zero points", function()
     local dir = U.tmpname("_cuda_qat")
@@ -150,10 +146,7 @@ end)
 -- Each value is checked against the CPU's qg_calibrate_channels on the same weights (the host
 -- path, computed independently of the device's).
 describe("tracked weight quantizers derived on CUDA #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
   local cpu_ctx = clib.context("cpu")
   local FIELD = { "W", "R", "bx", "br" }
 

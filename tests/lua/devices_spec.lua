@@ -5,6 +5,7 @@
 -- gpu and skipped with a clear line where there is no CUDA device; the cpu part runs everywhere.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local nn, optim = qgru.nn, qgru.optim
 local Tensor = qgru.Tensor
 
@@ -112,12 +113,7 @@ describe("devices (cpu part)", function()
 end)
 
 describe("devices: Module:to and setDevice on CUDA #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device (libqgru " .. (clib.lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
-      pending("no CUDA device")
-    end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
 
   it("qgru.deviceTime on the GPU: event time of the enqueued work, positive and within the wall time", function()
     local a = Tensor.new({ 1024, 1024 }, "f32", "cuda"):uniform(-1, 1)

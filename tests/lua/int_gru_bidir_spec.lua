@@ -9,6 +9,7 @@
 -- the front door's refusals: nothing runs when either direction's arguments are bad.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local nn, quant, Tensor = qgru.nn, qgru.quant, qgru.Tensor
 local ffi, lib = clib.ffi, clib.lib
 
@@ -184,10 +185,7 @@ describe("qg_int_gru_forward_bidir / backward_bidir (cpu)", function()
 end)
 
 describe("qg_int_gru_forward_bidir / backward_bidir #gpu", function()
-  if not qgru.cudaAvailable() then
-    it("skipped: no CUDA device", function() pending("no CUDA device") end)
-    return
-  end
+  if skip_without_cuda(pending) then return end
   local cases = {
     { seed = 11, T = 20, N = 3, C = 5, H = 7, lengths = true, h0 = true },   -- the small-H kernel
     { seed = 12, T = 12, N = 17, C = 40, H = 130, lengths = true },          -- the cluster kernel

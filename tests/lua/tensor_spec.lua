@@ -3,6 +3,7 @@
 -- a clear line where there is no CUDA device.
 local qgru = require("qgru")
 local clib = require("qgru.clib")
+local skip_without_cuda = require("gpuskip")
 local Tensor = qgru.Tensor
 
 describe("Tensor", function()
@@ -69,11 +70,7 @@ describe("Tensor", function()
 end)
 
 describe("CUDA tensors #gpu", function()
-  local has = qgru.cudaAvailable()
-  if not has then
-    it("skipped: no CUDA device (libqgru " .. (clib.lib.qgru_has_cuda() == 1 and "has CUDA, no GPU visible" or "built without CUDA") .. ")", function()
-      pending("no CUDA device")
-    end)
+  if skip_without_cuda(pending) then
     it("a cuda tensor without a device is a clear error", function()
       assert.raises_match(function() qgru.zeros({ 2 }, "f32", "cuda") end, "cannot create a cuda context")
     end)
