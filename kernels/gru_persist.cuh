@@ -1,7 +1,7 @@
 /*
  * gru_persist.cuh: device helpers of the persistent recurrent kernels (kernels/gru_persist.cu: R in
- * shared memory; kernels/gru_persist_reg.cu: R in registers; the integer STE backward of
- * kernels/int_gru_backward.cu, both storages): the cluster barrier, the wait of the per-thread
+ * shared memory; kernels/gru_persist_reg.cu: R in registers; the integer STE backward's
+ * persistent recurrence, kernels/int_gru_bwd_persist.cu, both storages, and its step kernels): the cluster barrier, the wait of the per-thread
  * prefetch rings, and the fixed-order sums of partial dot products (shared-memory partials,
  * lane butterflies).
  */
@@ -214,7 +214,7 @@ __device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
 }
 
 /* One lane's share of dh = dq R^T in the register kernels (the float backward's and the integer
- * STE backward's, gru_persist_reg.cu and int_gru_backward.cu): its KPT entries of R's row (Rr)
+ * STE backward's, gru_persist_reg.cu and int_gru_bwd_persist.cu): its KPT entries of R's row (Rr)
  * against the same entries of each of the NB rows' dq (qr, row stride Jp; the first PV float4
  * words per row already loaded into pre), in four chains per row (groups of four entries, round
  * robin) added in a fixed order, then the butterfly over the unit's S lanes. Returns row pb's sum

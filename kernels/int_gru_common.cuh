@@ -1,7 +1,7 @@
 /*
  * int_gru_common.cuh: the small helpers both halves of the integer GRU's CUDA backend use
- * (kernels/int_gru.cu: weight quantization and the forward; kernels/int_gru_backward.cu: the
- * straight-through backward): a row's number of valid steps from device lengths, and the
+ * (kernels/int_gru.cu: weight quantization and the forward; kernels/int_gru_backward.cu and
+ * int_gru_bwd_persist.cu: the straight-through backward): a row's number of valid steps from device lengths, and the
  * 256-aligned carving of one device workspace into named parts.
  */
 #ifndef QGRU_INT_GRU_COMMON_CUH
