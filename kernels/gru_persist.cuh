@@ -213,6 +213,18 @@ __device__ __forceinline__ void group_sum(float (&v)[NV], int S) {
     for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
 }
 
+/* The register kernels' share of R (float [3H][H], row-major; the float backward's and the
+ * integer STE backward's): Rr[i] = R[ms KPT + i][col], 0 past 3H and where the lane holds no
+ * column (own false). */
+template <int KPT>
+__device__ __forceinline__ void reg_share_load(float (&Rr)[KPT], const float *R, int H, int H3, int ms, int col, bool own) {
+#pragma unroll
+  for (int i = 0; i < KPT; i++) {
+    const int j = ms * KPT + i;
+    Rr[i] = (own && j < H3) ? R[(int64_t)j * H + col] : 0.0f;
+  }
+}
+
 /* One lane's share of dh = dq R^T in the register kernels (the float backward's and the integer
  * STE backward's, gru_persist_reg.cu and int_gru_bwd_persist.cu): its KPT entries of R's row (Rr)
  * against the same entries of each of the NB rows' dq (qr, row stride Jp; the first PV float4

@@ -111,11 +111,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   const int ms = tid % S, mu = tid / S;
 
   float Rr[KPT];   /* R[ms KPT + i][k0 + mu]; 0 past 3H and past the block's units */
-#pragma unroll
-  for (int i = 0; i < KPT; i++) {
-    const int j = ms * KPT + i;
-    Rr[i] = (mu < hk && j < H3) ? D.R[(int64_t)j * H + k0 + mu] : 0.0f;
-  }
+  reg_share_load<KPT>(Rr, D.R, H, H3, ms, k0 + mu, mu < hk);
   for (int i = tid; i < 2 * NB * Jp; i += nth) qb[i] = 0.0f;
 
   /* (row, unit) role: lane ms = pb of unit mu, ring slot pb Hk + mu */

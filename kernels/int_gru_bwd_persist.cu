@@ -161,11 +161,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
   const int ms = tid % S, mu = tid / S;
 
   float Rr[KPT];   /* R~[ms KPT + i][k0 + mu]; 0 past 3H and past the CTA's units */
-#pragma unroll
-  for (int i = 0; i < KPT; i++) {
-    const int j = ms * KPT + i;
-    Rr[i] = (mu < hk && j < H3) ? p.Rf[(int64_t)j * H + k0 + mu] : 0.0f;
-  }
+  reg_share_load<KPT>(Rr, p.Rf, H, H3, ms, k0 + mu, mu < hk);
   for (int q = tid; q < 2 * NB * Jp; q += nth) qb[q] = 0.0f;
 
   /* (row, unit) role: lane ms = pb of unit mu */
@@ -311,6 +307,24 @@ __device__ __forceinline__ void ws_prepare(const bwd_params &p, int64_t u, int i
   prepare_step(p, u, Ln, in, o);
 }
 
+/* Step s's outputs of row pn, unit pi in bwd_ws_kernel and bwd_ws3_kernel (issued after the step's
+ * barrier, off the dependent chain): at a valid step (s < L) dp, dq and the unit's bias sums
+ * (dzpre, drpre, dgpre, drhb) from the cell's gradients gr; at a padded step zero dq. */
+__device__ __forceinline__ void ws_store_step(const bwd_params &p, int s, int64_t L, int pn, int pi, const qg_cell_grad &gr, double &bz,
+                                              double &br, double &bg, double &bh) {
+  const int H = (int)p.H, H3 = 3 * H;
+  float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
+  if (s < L) {
+    const int64_t t = p.reverse ? L - 1 - s : s;
+    float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
+    dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
+    dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
+    bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
+  } else {
+    dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
+  }
+}
+
 template <int KPT>
 __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(const __grid_constant__ bwd_params p, const bp_plan c, float *dh_io) {
   extern __shared__ __align__(16) float sm[];
@@ -325,11 +339,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
   const int ms = tid % S, mu = tid / S;
 
   float Rr[KPT];   /* R~[ms KPT + i][mu]; 0 past 3H, past H and in the cell warps */
-#pragma unroll
-  for (int i = 0; i < KPT; i++) {
-    const int j = ms * KPT + i;
-    Rr[i] = (mvr && mu < H && j < H3) ? p.Rf[(int64_t)j * H + mu] : 0.0f;
-  }
+  reg_share_load<KPT>(Rr, p.Rf, H, H3, ms, mu, mvr && mu < H);
   for (int q = tid; q < Jp + H; q += nth) sm[q] = 0.0f;
 
   const int pi = tid - mvt;
@@ -365,16 +375,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
       ws_dot<KPT>(Rr, qb, ms, S, mu, H, sums);
     } else if (pact) {   /* off the dependent chain: step s's outputs and bias sums, step s - 1's values, later steps' copies */
       ws_issue(p, (int64_t)s - BW_RING + 1, pn, pi, L, ring);
-      float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
-      if (s < L) {
-        const int64_t t = p.reverse ? L - 1 - s : s;
-        float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
-        dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
-        dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
-        bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
-      } else {
-        dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
-      }
+      ws_store_step(p, s, L, pn, pi, gr, bz, br, bg, bh);
       cp_async_wait<BW_RING - 2>();
       ws_prepare(p, (int64_t)s - 1, pi, L, ring, cur);
     }
@@ -428,11 +429,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(co
   const int ms = tid % S, mu = tid / S;
 
   float Rr[KPT];   /* R~[ms KPT + i][mu]; 0 past 3H, past H and in the other roles */
-#pragma unroll
-  for (int i = 0; i < KPT; i++) {
-    const int j = ms * KPT + i;
-    Rr[i] = (role == 0 && mu < H && j < H3) ? p.Rf[(int64_t)j * H + mu] : 0.0f;
-  }
+  reg_share_load<KPT>(Rr, p.Rf, H, H3, ms, mu, role == 0 && mu < H);
   for (int q = tid; q < Jp + H; q += nth) sm[q] = 0.0f;
 
   const int pi = role == 1 ? tid - mvt : tid - nab;
@@ -483,16 +480,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws3_kernel(co
       }
       named_barrier(1, nab);
       if (pact) {   /* off the dependent chain: step s's outputs and bias sums */
-        float *dqr = p.dq + ((int64_t)s * p.N + pn) * H3 + pi;
-        if (s < L) {
-          const int64_t t = p.reverse ? L - 1 - s : s;
-          float *dpr = p.dp + (t * p.N + pn) * H3 + pi;
-          dpr[0] = gr.dp[0]; dpr[H] = gr.dp[1]; dpr[2 * H] = gr.dp[2];
-          dqr[0] = gr.dq[0]; dqr[H] = gr.dq[1]; dqr[2 * H] = gr.dq[2];
-          bz += (double)gr.dbx[0]; br += (double)gr.dbx[1]; bg += (double)gr.dbx[2]; bh += (double)gr.dbr[2];
-        } else {
-          dqr[0] = 0.0f; dqr[H] = 0.0f; dqr[2 * H] = 0.0f;
-        }
+        ws_store_step(p, s, L, pn, pi, gr, bz, br, bg, bh);
       }
     } else {
       named_barrier(1, nab);
