@@ -1,6 +1,7 @@
 -- bench/xs_bits.lua: a fingerprint of one QAT int8 train step's gradients on the GPU (dx and every
 -- parameter gradient of one nn.GRU(C, H), strict mode unless told): an FNV-1a hash of each
--- tensor's 32-bit words, its sum of squares and count of non-finite values. Two libraries whose strict
+-- tensor's 32-bit words, its sum of squares and count of non-finite values; also of the training
+-- forward's output and of an inference forward's. Two libraries whose integer forward and strict
 -- STE backward should give the same bits (a kernel rearranged, not its sums) print the same lines.
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/xs_bits.lua [T N C H] [math] [lengths]
 -- lengths: "lengths" gives rows lengths T, T-1, ... (cycling down to 1) instead of full rows.
@@ -37,12 +38,16 @@ if with_lengths then
 end
 for rep = 1, 2 do   -- the second call replays the captured loop (kernels/gru.cu's graph cache)
   m:zeroGradParameters()
-  m:forward(input)
+  local y = m:forward(input)
+  local out = { { "y", y } }
   local dx = m:backward(input, gout)
-  local out = { { "dx", dx } }
+  out[#out + 1] = { "dx", dx }
   for _, k in ipairs({ "W", "R", "bx", "br" }) do out[#out + 1] = { k, m.grads[0][0][k] } end
   for _, o in ipairs(out) do
     local h, ss, nf = fnv(o[2])
     print(string.format("call %d %-3s %s sumsq %.9e nonfinite %d", rep, o[1], h, ss, nf))
   end
 end
+m:evaluate()
+local h, ss, nf = fnv(m:forward(input))
+print(string.format("infer  y   %s sumsq %.9e nonfinite %d", h, ss, nf))
