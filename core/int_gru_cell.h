@@ -522,14 +522,14 @@ typedef struct {
   (fast ? qg_rs32_round((v), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3))                   \
         : qg_rs32_apply((v), QG_C32P(row), QG_C32P((row) + 1), QG_C32P((row) + 2), QG_C32P((row) + 3)))
 #define QG_C32RS(v, s) (fast ? qg_rs32_round((v), (s).mul, (s).kr, (s).bias) : qg_rs32_apply((v), (s).lim, (s).mul, (s).kr, (s).bias))
-QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o, const int fast) {
+/* qg_cell32_z after W x's requantization: wz the centered matmul.Wx code of row z (its in-range
+ * bit is the caller's); the other mask bits of the z phase in o->mask. */
+QG_HD void qg_cell32_z_w(const qg_cell32 *c, int64_t i, int32_t wz, int32_t arz, int32_t hprev, qg_cell32_zo *o, const int fast) {
   const int32_t *P = c->P;
   const int64_t H = c->H;
   uint32_t m, mask;
-  const int32_t wz = qg_q32_centered(QG_C32RQ(awz, QG_C32_WX), c->wx, &m);
-  mask = m << QG_MB_WX_Z;
   const int32_t rz = qg_q32_centered(QG_C32RQ(arz, QG_C32_RH), c->rh, &m);
-  mask |= m << QG_MB_RH_Z;
+  mask = m << QG_MB_RH_Z;
   const int32_t czpre =
       qg_q32_centered(QG_C32RQ(wz * QG_C32P(QG_C32_Z) + rz * QG_C32P(QG_C32_Z + 1) + QG_C32P(QG_C32_Z + 2), QG_C32_Z + 3), c->zp, &m);
   mask |= m << QG_MB_ZPRE;
@@ -543,17 +543,28 @@ QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, 
   o->mask = mask;
 }
 
-QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg, int32_t arr, int32_t arg, qg_cell32_rgo *o,
-                        const int fast) {
+/* W x's requantization (step 2) of gate k (0 z, 1 r, 2 g) of unit i: the centered matmul.Wx code
+ * of the accumulator aw, *m its in-range bit. */
+#define QG_C32_WXC(aw, k, m) qg_q32_centered(QG_C32RQ((aw), QG_C32_WX + 4 * (k)), c->wx, (m))
+
+QG_HD void qg_cell32_z(const qg_cell32 *c, int64_t i, int32_t awz, int32_t arz, int32_t hprev, qg_cell32_zo *o, const int fast) {
+  const int32_t *P = c->P;
+  const int64_t H = c->H;
+  uint32_t m;
+  const int32_t wz = QG_C32_WXC(awz, 0, &m);
+  qg_cell32_z_w(c, i, wz, arz, hprev, o, fast);
+  o->mask |= m << QG_MB_WX_Z;
+}
+
+/* qg_cell32_rg after W x's requantization: wr, wg the centered matmul.Wx codes of rows r and g
+ * (their in-range bits are the caller's). */
+QG_HD void qg_cell32_rg_w(const qg_cell32 *c, int64_t i, int32_t wr, int32_t wg, int32_t arr, int32_t arg, qg_cell32_rgo *o,
+                          const int fast) {
   const int32_t *P = c->P;
   const int64_t H = c->H;
   uint32_t m, mask;
-  const int32_t wr = qg_q32_centered(QG_C32RQ(awr, QG_C32_WX + 4), c->wx, &m);
-  mask = m << QG_MB_WX_R;
-  const int32_t wg = qg_q32_centered(QG_C32RQ(awg, QG_C32_WX + 8), c->wx, &m);
-  mask |= m << QG_MB_WX_G;
   const int32_t rr = qg_q32_centered(QG_C32RQ(arr, QG_C32_RH + 4), c->rh, &m);
-  mask |= m << QG_MB_RH_R;
+  mask = m << QG_MB_RH_R;
   const int32_t rg = qg_q32_centered(QG_C32RQ(arg, QG_C32_RH + 8), c->rh, &m);
   mask |= m << QG_MB_RH_G;
   const int32_t crpre =
@@ -577,6 +588,17 @@ QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg,
   o->mask = mask;
 }
 
+QG_HD void qg_cell32_rg(const qg_cell32 *c, int64_t i, int32_t awr, int32_t awg, int32_t arr, int32_t arg, qg_cell32_rgo *o,
+                        const int fast) {
+  const int32_t *P = c->P;
+  const int64_t H = c->H;
+  uint32_t mr, mg;
+  const int32_t wr = QG_C32_WXC(awr, 1, &mr);
+  const int32_t wg = QG_C32_WXC(awg, 2, &mg);
+  qg_cell32_rg_w(c, i, wr, wg, arr, arg, o, fast);
+  o->mask |= mr << QG_MB_WX_R | mg << QG_MB_WX_G;
+}
+
 /* The h code from z's centered code cz, old's centered code cold and g's code; *mask gets the
  * bits of new and h. */
 QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t cold, int32_t qg, uint32_t *mask, const int fast) {
@@ -587,6 +609,7 @@ QG_HD int32_t qg_cell32_h(const qg_cell32 *c, int32_t cz, int32_t cold, int32_t 
   *mask |= m << QG_MB_H;
   return ch + c->h.z;
 }
+#undef QG_C32_WXC
 #undef QG_C32P
 #undef QG_C32RQ
 #undef QG_C32RS
@@ -602,6 +625,34 @@ QG_HD void qg_cell32_forward(const qg_cell32 *c, int64_t i, int32_t awz, int32_t
   o->h = qg_cell32_h(c, z.cz, z.cold, r.g, &mh, fast);
   o->zpre = z.zpre; o->rpre = r.rpre; o->gpre = r.gpre; o->rhb = r.rhb;
   o->mask = z.mask | r.mask | mh;
+}
+
+/* ---- W x requantized ahead of the cell --------------------------------------------------------
+ * Step 2 for W x depends on the accumulator and its row only, not on R h or h: qg_cell32_wx_code
+ * with r = the rows QG_C32_WX + 4 k of unit i's P (qg_rs32_make(e_w[j] + e_x - matmul.Wx's e))
+ * and wx = qg_cell32's wx. So a caller may requantize W x before R h is ready, off the
+ * recurrence's critical path (tc_grid_kernel's cells do it for the next half-step while they
+ * wait), and run the rest of the cell from the codes: qg_cell32_forward_w. Each code travels
+ * with its in-range bit as one word, 2 c + m (c the centered code: |c| < 2^16 for every grid of
+ * the cell). */
+QG_HD int32_t qg_cell32_wx_code(int32_t aw, qg_rs32 r, qg_q32 wx, uint32_t *m) {
+  return qg_q32_centered(qg_rs32_apply(aw, r.lim, r.mul, r.kr, r.bias), wx, m);   /* QG_C32_WXC with the clamps */
+}
+QG_HD int32_t qg_wx_word(int32_t c, uint32_t m) { return 2 * c + (int32_t)m; }
+QG_HD int32_t qg_wx_word_code(int32_t w) { return w >> 1; }   /* arithmetic shift: floor((2 c + m) / 2) = c */
+QG_HD uint32_t qg_wx_word_bit(int32_t w) { return (uint32_t)w & 1u; }
+
+/* qg_cell32_forward from W x's words w* (qg_wx_word of qg_cell32_wx_code's code and bit): the same outputs. */
+QG_HD void qg_cell32_forward_w(const qg_cell32 *c, int64_t i, int32_t wz, int32_t wr, int32_t wg, int32_t arz, int32_t arr,
+                               int32_t arg, int32_t hprev, qg_cell32_out *o, const int fast) {
+  qg_cell32_zo z;
+  qg_cell32_rgo r;
+  uint32_t mh;
+  qg_cell32_z_w(c, i, qg_wx_word_code(wz), arz, hprev, &z, fast);
+  qg_cell32_rg_w(c, i, qg_wx_word_code(wr), qg_wx_word_code(wg), arr, arg, &r, fast);
+  o->h = qg_cell32_h(c, z.cz, z.cold, r.g, &mh, fast);
+  o->zpre = z.zpre; o->rpre = r.rpre; o->gpre = r.gpre; o->rhb = r.rhb;
+  o->mask = z.mask | r.mask | mh | qg_wx_word_bit(wz) << QG_MB_WX_Z | qg_wx_word_bit(wr) << QG_MB_WX_R | qg_wx_word_bit(wg) << QG_MB_WX_G;
 }
 
 /* Saved state of one unit: the four codes (as uint16 offsets from qmin when narrow, else int32)

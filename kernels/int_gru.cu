@@ -1737,8 +1737,8 @@ static void tg_timeline_print(cudaStream_t st, int gx, int gy, int64_t T) {
   static const char *names[] = {"wake (poll seen -> buffer free)", "h copy", "R h (mma)", "tile sums", "tiles -> cells", "cells",
                                 "h stores + barrier + release", "straggle (last release - median release of the group)",
                                 "propagation (last release of the group -> poll seen)", "step period (cells start, half 0)",
-                                "cells idle (end of a half's cells -> next half's start)"};
-  const int nd = 11;
+                                "cells idle (end of a half's cells -> next half's start)", "W x words (release -> words done)"};
+  const int nd = 12;
   double *v = (double *)malloc(sizeof(double) * (size_t)nb * (size_t)(s1 - s0) * 2);
   for (int d = 0; d < nd; d++) {
     int n = 0;
@@ -1763,12 +1763,35 @@ static void tg_timeline_print(cudaStream_t st, int gx, int gy, int64_t T) {
             case 7: val = mx - tl_med(rel, nr); break;
             case 8: val = at(b, s, x, 0) - mx; break;
             case 9: if (x) continue; val = at(b, s, 0, 5) - at(b, s - 1, 0, 5); break;
+            case 11: val = at(b, s, x, 8) - at(b, s, x, 7); break;
             default: val = x ? at(b, s, 1, 5) - at(b, s, 0, 6) : at(b, s, 0, 5) - at(b, s - 1, 1, 6); break;
           }
           v[n++] = val;
         }
     const double med = tl_med(v, n), p90 = v[(int)(n * 0.9)];
     fprintf(stderr, "tg_timeline %-58s median %8.0f ns  p90 %8.0f ns\n", names[d], med, p90);
+  }
+  /* the stragglers: per block, the median over steps of its release after its group's median */
+  {
+    double late[TG_TL_B];
+    for (int b = 0; b < nb; b++) {
+      const int g0 = (b / gx) * gx;
+      int n = 0;
+      for (int s = s0; s < s1; s++)
+        for (int x = 0; x < 2; x++) {
+          double rel[64];
+          int nr = 0;
+          for (int c = g0; c < g0 + gx && c < nb && nr < 64; c++) rel[nr++] = at(c, s, x, 7);
+          v[n++] = at(b, s, x, 7) - tl_med(rel, nr);
+        }
+      late[b] = tl_med(v, n);
+    }
+    for (int k = 0; k < 6; k++) {
+      int w = 0;
+      for (int b = 1; b < nb; b++) if (late[b] > late[w]) w = b;
+      fprintf(stderr, "tg_timeline late block %3d (x %2d, y %d): median %6.0f ns after its group's median release\n", w, w % gx, w / gx, late[w]);
+      late[w] = -1e30;
+    }
   }
   free(v);
 }

@@ -35,11 +35,13 @@
  *   4. run the 32-bit cell of int_gru_cell.h for the block's units on the half's rows (thread:
  *      unit ct % TS_U, rows ct / TS_U + 8 q), exactly as tc_step_kernel's A32 epilogue (a unit
  *      outside the 32-bit bounds runs the general cell and sets the layer's flag), with W x
- *      loaded a half-step ahead, then write y, the saved state and the next step's h plane
- *      (double-buffered as for tc_step_kernel), and arrive (hn after the last step). The four
- *      rows' cells are one straight-line block (every row computed, stores after), so their
- *      dependent chains interleave; the activation tables sit in shared memory where they fit
- *      (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask words.
+ *      loaded two half-steps ahead and requantized (step 2) after the previous half's arrival,
+ *      where the cell warps wait for the tiles anyway, then write y, the saved state and the
+ *      next step's h plane (double-buffered as for tc_step_kernel), and arrive (hn after the
+ *      last step). The four rows' cells are one straight-line block (every row computed, stores
+ *      after), so their dependent chains interleave; the activation tables sit in shared memory
+ *      where they fit (tg_params.lut_smem); SAVE = 0 (inference) drops the saved codes and mask
+ *      words.
  * A half's buffer takes the next copy only after the cell warps have signalled that they read its
  * tiles ("buffer free"; the group's arrival counter implies it as well).
  * W x comes from cuBLASLt where int_gru.cu could run it (single planes of W and x, no observer):
@@ -88,7 +90,7 @@
 #define TG_TIMELINE 0
 #endif
 #if TG_TIMELINE
-enum { TG_TL_B = 128, TG_TL_S = 100, TG_TL_E = 8 };
+enum { TG_TL_B = 128, TG_TL_S = 100, TG_TL_E = 9 };
 __device__ unsigned long long tg_tl[TG_TL_B * TG_TL_S * 2 * TG_TL_E];
 __device__ __forceinline__ unsigned long long tg_now() {
   unsigned long long t;
@@ -328,7 +330,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       const int64_t n = n0 + row_of(x, q);
       php[x][q] = unit_ok && n < N ? h_at(c, 0)[n * H + i] : 0;
     }
-  /* W x accumulators of (step s, half x) (DRAM at large shapes): loaded a half-step ahead */
+  /* W x accumulators of (step s, half x) and their rows' SX[tn] (DRAM at large shapes): loaded two
+   * half-steps ahead of their cells (a half-step and its cells to land), requantized one ahead */
   auto load_wx = [&](int64_t s, int x) {
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
@@ -344,12 +347,53 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       }
     }
   };
-  load_wx(0, 0);
   /* y = (h - z) 2^-e in float: h - z (at most 17 bits) and 2^-e (|e| <= 31, QUANT_SPEC.md section 1)
    * are exact floats and so is their product, the value qg_deq's double rounds to */
   const float ysc = (float)ldexp(1.0, -QH.e);
   const bool use32 = Ps[QG_C32_ROWS * TS_U + u] != 0;
   const bool fast = c32_block_fast(Ps, u0, H);
+  const qg_qp QWX = c.cell.a[QG_Q_MATMUL_WX];
+  /* step 2 of the loaded W x ahead of its cells (int_gru_cell.h, "W x requantized ahead of the
+   * cell"): + bconst[j] + offW[j] SX[tn] mod 2^32 (wx_gemm_kernel's acc_out epilogue), then the
+   * code and in-range bit as one word (qg_wx_word): the 32-bit cell's requantization, or for a
+   * unit outside its bounds requant64's. The cells run it for the next half-step after their
+   * half's arrival, where they wait for the next tiles, so it is not on the step's chain
+   * (bench/cuda_int_gru.md, session 48: the cells 2.8 -> 1.8 us a half-step at large, the step
+   * 9.2 -> 8.7 us). */
+  int32_t wxw[RPT][3];
+  auto wx_words = [&]() {
+    /* the folded accumulator of row q, gate k */
+    auto acc = [&](int q, int k) -> int32_t {
+      return fold ? (int32_t)((uint32_t)pwx[q][k] + bconst(k) + offw(k) * psx[q]) : pwx[q][k];
+    };
+    if (use32) {   /* one branch for all 12 (not a predicated 64-bit path per value) */
+      const qg_q32 qwx = p.c32.wx;   /* the parameter (constant bank), not c32's copy on the stack */
+#pragma unroll
+      for (int k = 0; k < 3; k++) {
+        const int b = (QG_C32_WX + 4 * k) * TS_U + u;   /* the unit's W x rows of P (staged in Ps) */
+        qg_rs32 r;
+        r.lim = Ps[b]; r.mul = Ps[b + TS_U]; r.kr = Ps[b + 2 * TS_U]; r.bias = Ps[b + 3 * TS_U];
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+          uint32_t m;
+          const int32_t cc = qg_cell32_wx_code(acc(q, k), r, qwx, &m);
+          wxw[q][k] = qg_wx_word(cc, m);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 3; k++)
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+          int m;
+          const int32_t cc = (int32_t)(qg_requant64(acc(q, k), p.eW[k * H + i] + p.eX, QWX, &m) - QWX.z);
+          wxw[q][k] = qg_wx_word(cc, (uint32_t)m);
+        }
+    }
+  };
+  load_wx(0, 0);
+  wx_words();
+  load_wx(0, 1);
 
   for (int64_t s = 0; s < T; s++) {
     const int nxt = (int)(s & 1) ^ 1;
@@ -358,20 +402,11 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
       const int32_t *tile = (const int32_t *)hbuf(x);
       mb_wait(&mb_tiles[x], (int)(s & 1));   /* the half's tiles of step s */
       if (ct == 0) TG_STAMP(s, x, 5);
-      /* + bconst[j] + offW[j] SX[tn], mod 2^32 (wx_gemm_kernel's acc_out epilogue) */
-      if (fold)
-#pragma unroll
-        for (int q = 0; q < RPT; q++)
-#pragma unroll
-          for (int k = 0; k < 3; k++) pwx[q][k] = (int32_t)((uint32_t)pwx[q][k] + bconst(k) + offw(k) * psx[q]);
-      int32_t cwx[RPT][3];
+      int32_t cwx[RPT][3];   /* the half's W x words */
 #pragma unroll
       for (int q = 0; q < RPT; q++)
 #pragma unroll
-        for (int k = 0; k < 3; k++) cwx[q][k] = pwx[q][k];
-      /* the next (step, half)'s W x, in flight during these cells */
-      if (x == 0) load_wx(s, 1);
-      else if (s + 1 < T) load_wx(s + 1, 0);
+        for (int k = 0; k < 3; k++) cwx[q][k] = wxw[q][k];
       if (TG_SKIP == 3) {
       } else if (use32) {
         qg_cell32_out o[RPT];
@@ -389,8 +424,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             for (int k = 0; k < 3; k++)
               a[k] = (uint32_t)tile[r * TS_ALD + k * TS_U + u] + (uint32_t)tile[TG_HALF * TS_ALD + r * TS_ALD + k * TS_U + u] +
                      rconst(k) + roff(k) * sh;
-            qg_cell32_forward(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q],
-                              decltype(F)::value);
+            qg_cell32_forward_w(&c32, u, cwx[q][0], cwx[q][1], cwx[q][2], (int32_t)a[0], (int32_t)a[1], (int32_t)a[2], php[x][q], &o[q],
+                                decltype(F)::value);
           }
         };
         if (fast) cells(std::integral_constant<int, 1>());
@@ -445,9 +480,8 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
             }
 #pragma unroll
             for (int k = 0; k < 3; k++) {
-              int m;
-              in.wx[k] = qg_requant64(cwx[q][k], p.eW[k * H + i] + p.eX, c.cell.a[QG_Q_MATMUL_WX], &m);
-              in.mask |= (uint32_t)m << (QG_MB_WX_Z + k);
+              in.wx[k] = qg_wx_word_code(cwx[q][k]) + QWX.z;   /* wx_words: requant64's code and bit */
+              in.mask |= qg_wx_word_bit(cwx[q][k]) << (QG_MB_WX_Z + k);
             }
             in.hprev = hp;
             hnew = (int32_t)run_cell<WIDE, 0>(&c.cell, c, s, t, n, i, &in);
@@ -471,6 +505,9 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
         if (ct == 0) red_release_gpu(gp.bar + blockIdx.y * 2 + x, 1);   /* after the barrier: every cell thread's stores */
         if (ct == 0) TG_STAMP(s, x, 7);
       }
+      if (x == 0 || s + 1 < T) wx_words();   /* the next half-step's, while its tiles are made */
+      if (ct == 0) TG_STAMP(s, x, 8);
+      if (s + 1 < T) load_wx(s + 1, x);        /* the one after it */
     }
   }
   if (c.hn)   /* the last step's h */

@@ -57,7 +57,7 @@ enum { H = 7 };
  * where the clamp-free variant (qg_cell32_unit_fast) runs; mode 3: mode 2 with bias exponents up
  * to 31 (per-channel biases near zero), which the exact alignment cannot hold in 32 bits and the
  * sticky form of qg_cell32_sum does. */
-static int one_layer(int mode, int *n_compared, int *n_fast) {
+static int one_layer(int mode, int *n_compared, int *n_fast, int *n_wx) {
   qg_cell_q q;
   const int wide_exps = mode == 1, er = wide_exps ? 24 : 10;
   for (int k = 0; k < QG_Q_NUM_ACT; k++) q.a[k] = rand_q(2, uni(0, 3) ? 8 : 16, -er / 2, er, 1);
@@ -133,6 +133,26 @@ static int one_layer(int mode, int *n_compared, int *n_fast) {
               of.mask == ref.mask);
         (*n_fast)++;
       }
+      /* W x requantized ahead of the cell (tc_grid_kernel's cells): each code and bit against
+       * requant64's (the reference above), then the cell from the words, with the clamps and
+       * (where the unit allows it) without */
+      for (int f = 0; f <= (c.fast && qg_cell32_unit_fast(P, H, i)); f++) {
+        int32_t w[3];
+        for (int g = 0; g < 3; g++) {
+          uint32_t m;
+          const int b = QG_C32_WX + 4 * g;
+          const qg_rs32 r = {P[b * H + i], P[(b + 1) * H + i], P[(b + 2) * H + i], P[(b + 3) * H + i]};
+          const int32_t cc = qg_cell32_wx_code((int32_t)awx[g], r, c.wx, &m);
+          CHECK(cc + QWX.z == in.wx[g] && m == ((in.mask >> (QG_MB_WX_Z + g)) & 1u));
+          w[g] = qg_wx_word(cc, m);
+          CHECK(qg_wx_word_code(w[g]) == cc && qg_wx_word_bit(w[g]) == m);
+        }
+        qg_cell32_out ow;
+        qg_cell32_forward_w(&c, i, w[0], w[1], w[2], (int32_t)arh[0], (int32_t)arh[1], (int32_t)arh[2], (int32_t)hprev, &ow, f);
+        CHECK(ow.h == ref.h && ow.zpre == ref.zpre && ow.rpre == ref.rpre && ow.gpre == ref.gpre && ow.rhb == ref.rhb &&
+              ow.mask == ref.mask);
+        (*n_wx)++;
+      }
       /* the saved state as 32-bit words is qg_cell_pack's narrow layout, byte for byte */
       uint8_t packed[20];   /* qg_cell_pack writes 20 bytes when not narrow */
       uint32_t words[3];
@@ -192,17 +212,18 @@ static void test_bounds(void) {
 
 int main(void) {
   test_bounds();
-  int accepted = 0, layers = 0, compared = 0, fast = 0, fine = 0;
+  int accepted = 0, layers = 0, compared = 0, fast = 0, fine = 0, wx = 0;
   for (int l = 0; l < 4000; l++, layers++) {
-    const int a = one_layer(l % 4, &compared, &fast);
+    const int a = one_layer(l % 4, &compared, &fast, &wx);
     accepted += a;
     if (l % 4 == 3) fine += a;
   }
   printf("test_cell: %d layers, %d within the 32-bit bounds (%d of %d with fine bias exponents), %d cells compared, %d of them also "
-         "without clamps\n", layers, accepted, fine, layers / 4, compared, fast);
+         "without clamps, %d from W x's words\n", layers, accepted, fine, layers / 4, compared, fast, wx);
   CHECK(accepted > layers / 10);   /* the comparison reached many settings */
   CHECK(fine > layers / 4 / 4);    /* and the sticky form many of them */
   CHECK(fast > compared / 10);     /* and the clamp-free variant many of them */
+  CHECK(wx >= compared);           /* and every cell from W x's words */
   printf("test_cell: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
