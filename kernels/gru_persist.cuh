@@ -271,4 +271,15 @@ struct reg_pre {
   static constexpr int V = KPT / 4 < W ? KPT / 4 : W;
 };
 
+/* The first reg_pre<NB, KPT>::V float4 words of each of a step's NB dq rows (row b at q + b ld)
+ * into registers, issued right after the exchange's barrier so that they land while the work off
+ * the dependent chain runs. */
+template <int NB, int KPT>
+__device__ __forceinline__ void reg_pre_load(float4 (&pre)[reg_pre<NB, KPT>::V][NB], const float *q, int ld) {
+#pragma unroll
+  for (int v = 0; v < reg_pre<NB, KPT>::V; v++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(q + b * ld + 4 * v);
+}
+
 #endif

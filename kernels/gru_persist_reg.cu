@@ -137,10 +137,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
     const float *qr = qc + ms * KPT;
     constexpr int PV = reg_pre<NB, KPT>::V;
     float4 pre[PV][NB];
-#pragma unroll
-    for (int v = 0; v < PV; v++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(qr + b * Jp + 4 * v);
+    reg_pre_load<NB, KPT>(pre, qr, Jp);
     if (pact) bwd_unit_store(a, D, ring, un, s, tp, dz, dr, dg, dgr);   /* off the dependent chain: step s's dp and dq, the prefetch */
     /* dh = keep + (dq R^T) for this lane's row, on every lane (the sums are collective) */
     const float sum = dq_rt_reg<NB, KPT, PV>(Rr, pre, qr, Jp, S, pb);

@@ -96,6 +96,18 @@ struct step_vals {
   float dy;
 };
 
+/* One unit's cell step in a persistent backward: dh the gradient of step s's state, dy the
+ * output's. At a valid step (valid: s < the row's length) the cell's gradients go to *gr and its
+ * dq words to dq3, and the gradient of step s - 1's state is returned; at a padded step dq3 is
+ * zero and the state gradient passes through. */
+__device__ __forceinline__ float bwd_cell_step(const qg_cell_bvals &v, float dy, float dh, bool valid, qg_cell_grad *gr, float dq3[3]) {
+  dq3[0] = dq3[1] = dq3[2] = 0.0f;
+  if (!valid) return dh;
+  qg_cell_backward_values(v.mask, v.z, v.rr, v.g, v.dsz, v.dsr, v.dtg, v.hp, v.rhb, dh + dy, gr);
+  dq3[0] = gr->dq[0]; dq3[1] = gr->dq[1]; dq3[2] = gr->dq[2];
+  return gr->dhprev;
+}
+
 /* The saved record's words as qg_cell_unpack reads its bytes (little-endian; narrow: zpre | rpre
  * << 16, gpre | rhb << 16 as offsets from each qmin, then the mask; else four int32 codes, then the
  * mask), without taking the address of the register copy. */

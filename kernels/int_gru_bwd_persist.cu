@@ -185,15 +185,8 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
     float keep = 0.0f;
     qg_cell_grad gr;
     if (pact) {
-      float dq3[3] = {0.0f, 0.0f, 0.0f};
-      if (s < L) {
-        const float dH = dh + cur.dy;
-        qg_cell_backward_values(cur.v.mask, cur.v.z, cur.v.rr, cur.v.g, cur.v.dsz, cur.v.dsr, cur.v.dtg, cur.v.hp, cur.v.rhb, dH, &gr);
-        keep = gr.dhprev;
-        dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
-      } else {   /* padded: the state gradient passes through */
-        keep = dh;
-      }
+      float dq3[3];
+      keep = bwd_cell_step(cur.v, cur.dy, dh, s < L, &gr, dq3);
       cluster_store3(cl, K, qc + pb * Jp + pi, H, dq3[0], dq3[1], dq3[2]);
     }
     cluster_barrier(K);
@@ -201,10 +194,7 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_reg_kernel(co
     const float *qr = qc + ms * KPT;
     constexpr int PV = reg_pre<NB, KPT>::V;
     float4 pre[PV][NB];
-#pragma unroll
-    for (int v = 0; v < PV; v++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) pre[v][b] = *reinterpret_cast<const float4 *>(qr + b * Jp + 4 * v);
+    reg_pre_load<NB, KPT>(pre, qr, Jp);
     if (pact) {   /* step s's outputs, step s - 1's values, step s - 2's record */
       if (s < L) {
         const int64_t t = p.reverse ? L - 1 - s : s;
@@ -359,15 +349,8 @@ __global__ void __launch_bounds__(persist_reg_threads(KPT), 1) bwd_ws_kernel(con
     qg_cell_grad gr;
     if (pact) {
       if (s < T - 1) dh = keep + sums[pi];
-      float dq3[3] = {0.0f, 0.0f, 0.0f};
-      if (s < L) {
-        const float dH = dh + cur.dy;
-        qg_cell_backward_values(cur.v.mask, cur.v.z, cur.v.rr, cur.v.g, cur.v.dsz, cur.v.dsr, cur.v.dtg, cur.v.hp, cur.v.rhb, dH, &gr);
-        keep = gr.dhprev;
-        dq3[0] = gr.dq[0]; dq3[1] = gr.dq[1]; dq3[2] = gr.dq[2];
-      } else {   /* padded: the state gradient passes through */
-        keep = dh;
-      }
+      float dq3[3];
+      keep = bwd_cell_step(cur.v, cur.dy, dh, s < L, &gr, dq3);
       qb[pi] = dq3[0]; qb[H + pi] = dq3[1]; qb[2 * H + pi] = dq3[2];
     }
     __syncthreads();
