@@ -192,15 +192,46 @@ static qg_status lt_wx_usable(qg_ctx *ctx, const char *fn, int64_t M, int64_t N,
   return QG_OK;
 }
 
-/* Enqueues D = X W^T on the context's stream (a size lt_wx_usable accepted). */
+/* One W x product for lt_wx_run: also the key of its captured graph (everything the enqueued work
+ * depends on: the plan's algorithm and sizes, every pointer). */
+struct lt_wx_call {
+  char tag[8];
+  cublasLtMatmulAlgo_t algo;
+  int64_t M, N, K, ldc;
+  const int8_t *W, *X;
+  int32_t *D;
+  void *ws;
+  size_t wsz;
+  lt_plan *p;      /* (not compared: the algorithm and sizes above are) */
+  qg_ctx *ctx;
+  const char *fn;
+};
+
+static qg_status lt_wx_body(void *arg) {
+  const lt_wx_call *c = (const lt_wx_call *)arg;
+  const int32_t one = 1, zero = 0;
+  const cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)qg_cuda_blas(c->ctx), &c->p->op, &one, c->W, &c->p->la, c->X, &c->p->lb, &zero,
+                                          c->D, &c->p->lc, c->D, &c->p->lc, &c->algo, c->ws, c->wsz, qg_cuda_stream(c->ctx));
+  return qg_cublas_status(c->ctx, c->fn, s);
+}
+
+/* Enqueues D = X W^T on the context's stream (a size lt_wx_usable accepted). From the second call
+ * with the same pointers on, as a captured graph (qg_cuda_graphed): cublasLtMatmul's own host work
+ * is 55-70 us a call on the device machines' hosts (bench/cuda_int_gru.md, session 49), longer
+ * than the kernels queued before it, so the GPU waited for it; a graph launch is a few us. */
 static qg_status lt_wx_run(qg_ctx *ctx, const char *fn, int64_t M, int64_t N, int64_t K, const int8_t *W, const int8_t *X, int32_t *D) {
   lt_plan *p;
   QG_CHECK(lt_plan_of(ctx, fn, M, N, K, lt_ldc(M), &p));
   if (!p->ok) return qg_fail(ctx, QG_ERR_DEVICE, fn, "cuBLASLt: no int8 algorithm for %lld x %lld x %lld", (long long)M, (long long)N, (long long)K);
-  const int32_t one = 1, zero = 0;
-  const cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)qg_cuda_blas(ctx), &p->op, &one, W, &p->la, X, &p->lb, &zero, D, &p->lc, D,
-                                          &p->lc, &p->algo, ctx->blas_ws[0], ctx->blas_ws[0] ? LT_WORKSPACE : 0, qg_cuda_stream(ctx));
-  return qg_cublas_status(ctx, fn, s);
+  lt_wx_call c;
+  memset(&c, 0, sizeof c);   /* the key is compared byte for byte: no stray padding */
+  memcpy(c.tag, "qgLtWx", 7);
+  c.algo = p->algo;
+  c.M = M; c.N = N; c.K = K; c.ldc = p->ldc;
+  c.W = W; c.X = X; c.D = D;
+  c.ws = ctx->blas_ws[0]; c.wsz = ctx->blas_ws[0] ? LT_WORKSPACE : 0;
+  c.p = p; c.ctx = ctx; c.fn = fn;
+  return qg_cuda_graphed(ctx, qg_cuda_stream(ctx), &c, offsetof(lt_wx_call, p), lt_wx_body, &c);
 }
 
 /* ================================ shared device helpers ================================ */

@@ -1116,4 +1116,24 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
       end
     end)
   end
+
+  -- The grid kernel's W x on cuBLASLt runs as a captured CUDA graph from the second call with the
+  -- same workspace on (int_gru.cu lt_wx_run, kernels/gru.cu's graph cache): the graph reads its
+  -- operands (W's and x's planes in the workspace) at every launch. Four inference forwards of one
+  -- layer with new x every call and a new W from the third (run alone: direct, captured, replayed,
+  -- replayed) must each give the CPU's bytes.
+  it("W x on cuBLASLt as a captured graph: four inference forwards with new x and W give the CPU's bytes", function()
+    local c = { seed = 69, T = 3, N = 33, C = 16, H = 1030 }
+    local lq, w = calibrated(c.seed, uniform_config(8, nil, "int8"), c.T, c.N, c.C, c.H)
+    local hg, hc = layer_on("cuda", lq, c.C, c.H), layer_on("cpu", lq, c.C, c.H)
+    for r = 1, 4 do
+      local inp = inputs({ seed = c.seed + r, T = c.T, N = c.N, C = c.C, H = c.H }, w)
+      if r >= 3 then inp.W = w.W:clone():mul(r == 3 and 0.5 or -0.75) end
+      local ref = forward("cpu", hc, inp, false)
+      local o = forward("cuda", hg, inp, false)
+      same(o.y, ref.y, "call " .. r .. " y")
+      same(o.hn, ref.hn, "call " .. r .. " hn")
+      assert.are.equal(lib.QG_CELL_32, lib.qg_int_gru_cell_path(hg), "call " .. r .. ": the grid kernel's 32-bit cell")
+    end
+  end)
 end)
