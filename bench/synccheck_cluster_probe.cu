@@ -1,4 +1,4 @@
-// synccheck_cluster_probe.cu: the cluster forward's h exchange (persistent_kernel, kernels/int_gru.cu)
+// synccheck_cluster_probe.cu: the cluster forward's h exchange (persistent_kernel, kernels/int_gru_cluster.cuh)
 // alone, to find what compute-sanitizer's synccheck reports as "Missing wait" at the first arming
 // of its mbarrier in 4 of the GPU tests (bench/sanitize.md, run 45). Each CTA of a cluster of CS
 // owns two mbarriers hb[0..1] counting the bytes its peers store into its buffers by st.async:

@@ -37,7 +37,7 @@ struct qg_ctx {
   double timer_t0;            /* CPU: the wall clock at qg_ctx_timer_start */
   void *blas_ws[2 + QG_EXT_STREAMS];   /* the cuBLAS workspaces of the main, aux and ext handles */
   void *gru_graphs;           /* CUDA: the float GRU's cache of captured fallback loops (kernels/gru.cu) */
-  void *lt_plans;             /* CUDA: the integer GRU's cuBLASLt W x plans by size (kernels/int_gru.cu) */
+  void *lt_plans;             /* CUDA: the integer GRU's cuBLASLt W x plans by size (kernels/int_gru_wx_lt.cuh) */
   int sm_count;               /* CUDA: multiprocessors of the device, and the opt-in shared memory per */
   int smem_optin;             /* block in bytes (read once at context creation) */
   int math;                   /* qg_math: QG_MATH_STRICT (fp32) or QG_MATH_TF32 for the float GEMMs */
@@ -119,7 +119,7 @@ qg_status qg_dev_spare(qg_ctx *ctx, const char *fn, int64_t nbytes, void **out);
 qg_status qg_dev_set_math(qg_ctx *ctx);
 /* Releases the float GRU's captured CUDA graphs (kernels/gru.cu; called by qg_dev_ctx_fini). */
 void qg_cuda_gru_release(qg_ctx *ctx);
-/* Releases the integer GRU's cuBLASLt plans (kernels/int_gru.cu; called by qg_dev_ctx_fini). */
+/* Releases the integer GRU's cuBLASLt plans (kernels/int_gru_wx_lt.cuh; called by qg_dev_ctx_fini). */
 void qg_cuda_int_gru_release(qg_ctx *ctx);
 
 #define QG_CHECK(expr) do { qg_status s_ = (expr); if (s_ != QG_OK) return s_; } while (0)

@@ -45,7 +45,7 @@ __host__ __device__ __forceinline__ int64_t bp_mbar_offset(int64_t H, int64_t Hk
 /* dh: [N, H], the incoming dL/dh_T on entry, dL/dh_0 (before the h0 mask) on exit.
  * K > 1: the dq exchange is st.async into every CTA's qb buffer s & 1, counted on that buffer's
  * mbarrier qm[s & 1] (each phase one step's 12 rows H bytes, armed by thread 0), instead of a
- * cluster barrier per step (the cluster forward's exchange, kernels/int_gru.cu persistent_kernel).
+ * cluster barrier per step (the cluster forward's exchange, kernels/int_gru_cluster.cuh persistent_kernel).
  * Iteration m = T - 1 - s waits for phase m / 2 of qm[s & 1]; thread 0 then arms the phase of
  * iteration m + 2, whose bytes no peer can send before it has this CTA's dq of iteration m + 1,
  * stored after the block barrier that follows the arming. Buffer s & 1 is rewritten at step s - 2

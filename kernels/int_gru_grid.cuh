@@ -1,7 +1,7 @@
 /*
  * int_gru_grid.cuh: the integer GRU forward's GPU-wide persistent recurrence (tc_grid_kernel), for
- * shapes whose R the cluster kernel of int_gru.cu cannot hold (large H) but whose tiles all fit
- * the GPU at once. Included by kernels/int_gru.cu after tc_step_kernel, whose tiles, parameters
+ * shapes whose R the cluster kernel (int_gru_cluster.cuh) cannot hold (large H) but whose tiles all fit
+ * the GPU at once. Included by kernels/int_gru.cu after tc_step_kernel (int_gru_step.cuh), whose tiles, parameters
  * and helpers it shares; the host code that picks and launches it is in qg_cuda_int_gru_forward.
  *
  * Why: the per-step kernel (tc_step_kernel, one launch per step) re-reads its 96 rows of R from
@@ -116,7 +116,7 @@ struct tg_params {
   int lut_smem;   /* 1: the cell's three activation tables are copied into shared memory (tg_smem) */
   /* W x: rows of wx_ld int32 (t.c.qwx); wx_bc != NULL: cuBLASLt's plane products, to which the
    * kernel adds the zero-point terms wx_bc[j] + wx_ow[j] wx_sx[tn] ([3H], [3H], [T N]) mod 2^32
-   * as it loads them (int_gru.cu, "W x on cuBLASLt"); NULL: wx_gemm_kernel's accumulators */
+   * as it loads them (int_gru_wx_lt.cuh); NULL: wx_gemm_kernel's accumulators */
   int64_t wx_ld;
   const int64_t *wx_bc, *wx_ow, *wx_sx;
 };

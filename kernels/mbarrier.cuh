@@ -14,7 +14,7 @@
  * (barrier.sync.aligned) does not allow.
  * Arrive is a release and wait an acquire, both at CTA scope. A phase's parity is its count mod 2.
  *
- * The cluster form (the persistent kernel's h exchange, int_gru.cu): a CTA's mbarrier counts the
+ * The cluster form (the persistent kernel's h exchange, int_gru_cluster.cuh): a CTA's mbarrier counts the
  * bytes its peers store into its shared memory with st.async (ptx.cuh); the owner arms a phase
  * with the bytes it expects (mb_arrive_expect_tx) and waits with mb_wait. The bytes are in the
  * owner's shared memory when their complete_tx counts, so the wait's acquire at CTA scope is

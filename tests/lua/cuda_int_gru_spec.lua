@@ -1061,7 +1061,7 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
       name = "unit 4's bias 3e7: the general cell for it" },
     -- W x: with int8 W and x the grid kernel's inference and training forwards take cuBLASLt's
     -- plane products and add the zero-point terms bconst[j] + offW[j] SX[tn] themselves
-    -- (int_gru.cu "W x on cuBLASLt"; SX staged in shared memory by cp.async a step ahead); the
+    -- (kernels/int_gru_wx_lt.cuh; SX staged in shared memory by cp.async a step ahead); the
     -- forced shape's tc_step_kernel keeps wx_gemm_kernel (the terms in its epilogue). Asymmetric
     -- unsigned W and x make both terms non-zero; T N and C odd (partial tiles, Kp padding), 3H = 3090 not a multiple of 8
     -- (qwx rows padded to 3096); C % 4 == 0 takes the four-column x quantization.
@@ -1118,7 +1118,7 @@ gpu_describe("integer GRU on CUDA: the GPU-wide persistent recurrence (tc_grid_k
   end
 
   -- The grid kernel's W x on cuBLASLt runs as a captured CUDA graph from the second call with the
-  -- same workspace on (int_gru.cu lt_wx_run, kernels/gru.cu's graph cache): the graph reads its
+  -- same workspace on (int_gru_wx_lt.cuh lt_wx_run, kernels/gru.cu's graph cache): the graph reads its
   -- operands (W's and x's planes in the workspace) at every launch. Four inference forwards of one
   -- layer with new x every call and a new W from the third (run alone: direct, captured, replayed,
   -- replayed) must each give the CPU's bytes.
