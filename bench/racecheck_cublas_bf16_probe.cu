@@ -1,6 +1,6 @@
 /*
  * racecheck_cublas_bf16_probe.cu: cuBLAS's bf16 GEMMs alone (no qgru code), as the TF32 mode's STE
- * backward calls them (kernels/int_gru_backward.cu gemm_bf16_rm_on: row-major C [m, n] f32 =
+ * backward calls them (kernels/int_gru_bwd_after.cuh gemm_bf16_rm_on: row-major C [m, n] f32 =
  * op(A) op(B), bf16 A and B, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), at the sizes of
  * tests/lua/int_gru_bidir_spec.lua's T3 N130 C40 H600 case, to be run under
  *   compute-sanitizer --tool racecheck ./racecheck_cublas_bf16_probe

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* The CUDA context's streams beyond the main and aux ones (kernels/device.cu): one, the side
- * stream of the STE backward's per-step loop (kernels/int_gru_backward.cu, step_loop). */
+ * stream of the STE backward's per-step loop (kernels/int_gru_bwd_loop.cuh, step_loop). */
 enum { QG_EXT_STREAMS = 1 };
 
 struct qg_ctx {
