@@ -110,7 +110,7 @@ static qg_status sgemm_rm(qg_ctx *ctx, const char *fn, int ta, int tb, int64_t m
 }
 
 /* Row-major C [m, n] = op(A) op(B) with bf16 A and B (lda, ldb as given), fp32 accumulation and
- * output: the split GEMMs of the TF32 mode (see the top of the file). */
+ * output: the split GEMMs of the TF32 mode (see int_gru_backward.cu's header). */
 static qg_status gemm_bf16_rm_on(qg_ctx *ctx, cublasHandle_t hb, const char *fn, int ta, int tb, int64_t m, int64_t n, int64_t k,
                                  const void *A, int64_t lda, const void *B, int64_t ldb, float *Cm) {
   if (m <= 0 || n <= 0) return QG_OK;

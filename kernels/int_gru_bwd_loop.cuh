@@ -9,7 +9,7 @@
  * Included once by kernels/int_gru_backward.cu, after int_gru_bwd_product.cuh.
  */
 
-/* The TF32 mode's bf16 split (top of the file) needs every value of the fake-quantized operands
+/* The TF32 mode's bf16 split (int_gru_backward.cu's header) needs every value of the fake-quantized operands
  * exact in bf16: (q - z) 2^-e with |q - z| <= 256 (bf16 carries 8 significant bits; |e| <= 31
  * always, QUANT_SPEC.md section 1) for every code q of the grid. */
 static int grid_bf16_exact(int64_t qmin, int64_t qmax, int64_t z) { return qmin - z >= -256 && qmax - z <= 256; }

@@ -7,7 +7,7 @@
  * Included once by kernels/int_gru.cu, after rec_common and its helpers.
  */
 
-/* ---- persistent: one launch for all steps (see the header) ---- */
+/* ---- persistent: one launch for all steps (int_gru.cu's header) ---- */
 struct pk_params {
   rec_common c;
   int CS, U, NB, Kp, Mp, PR, PH, ksplit;

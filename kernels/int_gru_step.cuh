@@ -19,7 +19,7 @@
  * the same B fragments (__dp4a, warps of the first 48 rows). The two K groups' sums meet in
  * shared memory (int32 for one plane pair, else int64 with the plane scales), where each thread
  * then takes the three gates of its unit for TS_N / 16 batch rows: the exact sum
- *   R h = sum_ab sA sB (PR_a . PH_b) + rconst[j] + offR[j] SH[n]     (see the header)
+ *   R h = sum_ab sA sB (PR_a . PH_b) + rconst[j] + offR[j] SH[n]     (see int_gru.cu's header)
  * requantized to matmul.Rh, the shared cell, y, the saved state, hn, and the next step's h codes
  * and planes. Every plane product is below 2^14 Kp < 2^31 (H < 2^17): exact. */
 enum { TS_U = 32, TS_M = 3 * TS_U, TS_N = 64, TS_BK = 64, TS_LD = TS_BK + 16, TS_THREADS = 512, TS_ALD = TS_M + 4,
