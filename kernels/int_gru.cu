@@ -89,12 +89,14 @@
  *   helpers they share):
  *   - int_gru_wx_lt.cuh: W x on cuBLASLt for the GPU-wide recurrence (plans, the captured graph);
  *   - int_gru_prep.cuh: the weights' quantization and steps 1-3 (operands as planes, x and h0);
- *   - int_gru_step.cuh: the per-step recurrences (tc_step_kernel, fallback_step_kernel);
+ *   - int_gru_step.cuh: the per-step recurrence on the tensor cores (tc_step_kernel);
  *   - int_gru_grid.cuh: the GPU-wide persistent recurrence (tc_grid_kernel);
+ *   - int_gru_fallback.cuh: the per-step recurrence for operands above 16 bits;
  *   - int_gru_cluster.cuh: the persistent recurrence in clusters (persistent_kernel, pk_choose);
  *   - int_gru_small.cu (its own translation unit): the small-H recurrence;
  *   - this file: rec_common, the kernel choices and qg_cuda_int_gru_forward, which runs the steps.
- *   The split moved code only: every kernel's PTX is the same as the single file's (session 50).
+ *   The split moved code only: built without -lineinfo, the sm_90 cubin is byte for byte the single
+ *   file's (session 50).
  * Backward: kernels/int_gru_backward.cu.
  * Variable lengths as on the CPU: step s is valid for row n iff s < lengths[n], at time t =
  *   reverse ? lengths[n] - 1 - s : s. Device lengths are not read by the host; values outside
@@ -272,7 +274,7 @@ __device__ __forceinline__ void cell_wx(const rec_common &c, int64_t row, int64_
   }
 }
 
-/* the per-step recurrences: tc_step_kernel (tensor cores) and fallback_step_kernel (operands above 16 bits) */
+/* the per-step recurrence on the tensor cores (tc_step_kernel) */
 #include "int_gru_step.cuh"
 
 /* The h planes of step 0 (buffer 0) from the output.h codes of h0. */
@@ -289,14 +291,17 @@ __global__ void h0_planes_kernel(const int32_t *hq, int64_t N, int64_t H, int64_
 /* the GPU-wide persistent recurrence (tc_grid_kernel): kernels/int_gru_grid.cuh */
 #include "int_gru_grid.cuh"
 
-/* the persistent recurrence in clusters (persistent_kernel) and its configuration (pk_choose) */
-#include "int_gru_cluster.cuh"
+/* the per-step recurrence for operands above 16 bits (fallback_step_kernel) */
+#include "int_gru_fallback.cuh"
 
 /* hn = deq(output.h codes after T steps). */
 __global__ void hn_kernel(const int32_t *h, int64_t NH, qg_qp QH, float *hn) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < NH) hn[i] = (float)qg_deq(h[i], QH);
 }
+
+/* the persistent recurrence in clusters (persistent_kernel) and its configuration (pk_choose) */
+#include "int_gru_cluster.cuh"
 
 /* ================================ forward: host side ================================ */
 

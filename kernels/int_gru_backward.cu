@@ -67,7 +67,8 @@
  *   - int_gru_bwd_product.cuh: the strict mode's own fp32 per-step product;
  *   - int_gru_bwd_loop.cuh: the splits' choices, the side stream, the per-step loop;
  *   - this file: qg_cuda_int_gru_backward, which picks the path and runs the phases.
- *   The split moved code only: every kernel's PTX is the same as the single file's (session 50).
+ *   The split moved code only: built without -lineinfo, the sm_90 cubin is byte for byte the single
+ *   file's (session 50).
  */
 #include "int_gru_bwd.cuh"   /* bwd_params, the per-(row, unit) step, the persistent path */
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials, ptx.cuh */
