@@ -48,7 +48,9 @@ local opt = cli.main(arg, {
   name = { "bench", "run name", { nonempty = true } },
   device = { "auto", "cpu, cuda, or auto (cuda when a GPU is visible)", { choices = { "auto", "cpu", "cuda" } } },
   repeats = { 30, "timed repeats (after the warm-up)", { int = true, min = 1 } },
-  warmup = { 3, "untimed warm-up steps", { int = true, min = 0 } },
+  -- 50: LuaJIT compiles a new step's traces over its first ~40 calls, which run slower meanwhile
+  -- (up to 35% at the small GPU shapes; bench/gpu.md, run 51); a training run is in the steady state
+  warmup = { 50, "untimed warm-up steps (past LuaJIT's trace compilation)", { int = true, min = 0 } },
   hidden = { 128, "CPU: GRU hidden size", { int = true, min = 1 } },
   batch = { 128, "CPU: batch size", { int = true, min = 1 } },
   threads = { 0, "CPU: BLAS threads (0 = default)", { int = true, min = 0 } },
