@@ -32,6 +32,8 @@
  */
 #include "int_gru_bwd.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials, persist_reg_threads, ptx.cuh */
+
+#include <stdio.h>
 #include "mbarrier.cuh"      /* bwd_persist_kernel's dq exchange */
 
 #include <string.h>
@@ -521,10 +523,10 @@ static cudaLaunchConfig_t bp_launch_config(qg_ctx *ctx, const bp_plan &c, cudaLa
   return lc;
 }
 
-/* Estimated microseconds per step: the cost model of the float persistent backward
- * (kernels/gru_persist.cu, step_cycles: fitted there on an H200; the integer cell is counted a
- * little heavier) at about 1.75 GHz, times the waves of CTAs. The matrix-vector part is the larger
- * of one thread's chain of loads and FMAs, the CTA's shared-memory loads and its FMAs. */
+/* Estimated microseconds per step at about 1.75 GHz, times the waves of CTAs: R~ in registers
+ * (the roles split or not) by the float register backward's model (kernels/gru_persist.cu,
+ * step_cycles: fitted there on an H200; the integer cell counted a little heavier); R~ in shared
+ * memory by a fit of its own (below). */
 static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t slots) {
   const double kd = 3.0 * (double)H, NB = c.NB, Hk = c.Hk, S = c.S;
   const int64_t blocks = (int64_t)c.groups * c.K;
@@ -548,14 +550,16 @@ static double bp_step_us(const qg_ctx *ctx, const bp_plan &c, int64_t H, int64_t
     (void)ctx;
     return waves * (580.0 + (c.K > 1 ? 2.0 : 0.94) * c.threads + 5.0 * pairs + 10.0 * c.KPT + cluster + issue + 100.0) / 1750.0;
   }
-  const double serial = ((double)((int64_t)kd + c.S - 1) / c.S) * (12.0 + NB);
-  const double lds = Hk * kd * (1.0 + NB) / 32.0, fma = Hk * kd * NB / 128.0;
-  double mv = serial > lds ? serial : lds;
-  if (fma > mv) mv = fma;
-  const double red = (S / 4.0 + 4.0) * 6.0 + 40.0, cell = 400.0;
-  const double sync = c.K > 1 ? 1900.0 + 20.0 * c.K + 2.5 * 3.0 * NB * Hk * c.K : 300.0;
+  /* R~ in shared memory (bwd_persist_kernel): one thread's chain of S-strided loads and FMAs, the
+   * CTA's FMAs, and the dq values pushed into the cluster's peers (st.async, counted on their
+   * mbarriers), in cycles per wave; fitted by least squares (non-negative) to the measured steps of
+   * every forced shape (K 1-16, NB 1-8, S 1-32) at six shapes, N 4-128 and H 64-256, on an H200
+   * (bench/cuda_int_gru.md, session 50: the previous model, the float kernels' with a cluster
+   * barrier's cost, chose steps up to 1.6x the best at N 32-64) */
+  const double serial = (double)(((int64_t)kd + c.S - 1) / c.S) * (12.0 + NB);
+  const double fma = Hk * kd * NB / 128.0, remote = c.K > 1 ? 3.0 * NB * Hk * c.K : 0.0;
   (void)ctx;
-  return waves * (1.3 * mv + red + cell + sync + 300.0) / 1750.0;
+  return (double)((blocks + slots - 1) / slots) * (1590.0 + 1.33 * serial + 3.36 * fma + 0.85 * remote) / 1750.0;
 }
 
 /* The configuration with the best estimate that the device can place (*found = 1), or none. */
@@ -652,6 +656,11 @@ static qg_status bp_choose_uncached(qg_ctx *ctx, const char *fn, int64_t N, int6
       slots = (int64_t)n * cand[i].K;
     }
     est[i] = slots >= cand[i].K ? bp_step_us(ctx, cand[i], H, slots) : -1.0;
+#ifdef QG_BP_TRACE   /* experiment builds only: each candidate and its estimate (bench/int_gru_bwd_shapes.lua) */
+    fprintf(stderr, "BPC N %lld H %lld K %d NB %d S %d KPT %d WS %d Hk %d threads %d groups %d slots %lld est %.4f\n", (long long)N,
+            (long long)H, cand[i].K, cand[i].NB, cand[i].S, cand[i].KPT, cand[i].WS, cand[i].Hk, cand[i].threads, cand[i].groups,
+            (long long)slots, est[i]);
+#endif
   }
   int bi = -1;
   for (int i = 0; i < nc; i++)
