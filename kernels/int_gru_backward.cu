@@ -174,7 +174,7 @@ extern "C" qg_status qg_cuda_int_gru_backward(qg_ctx *ctx, qg_int_gru *g, qg_ten
                after_flops = 2.0 * (double)TN * (double)H3 * (double)(H + C + (dx ? C : 0));
   const int xs_R = strict && weight_xs(g, QG_W_R, &offR);
   const int xs_step = xs_R && !persistent && TN > 0 && NH > 0 && fits32 && xs_kpad(H3) <= XS_MAX_K &&
-                      (force || step_flops >= XS_MIN_STEP_FLOPS);
+                      (force || xs_step_auto(step_flops, H));
   const int xs_after = xs_R && TN > 0 && H > 0 && (!dx || weight_xs(g, QG_W_W, &offW)) && act_xs(QXg, &offX) && act_xs(QHg, &offH) &&
                        xs_kpad(TN) <= XS_MAX_K && xs_kpad(H3) <= XS_MAX_K && (force || after_flops >= XS_MIN_AFTER_FLOPS);
   /* the strict split's per-step chain in two row groups where the batch is large enough (QGRU_ROW_GROUP_ROWS) */

@@ -200,12 +200,23 @@ static_assert(QGRU_ROW_GROUP_ROWS >= 2 * XG_MAX * BS_Y, "every row group keeps a
 #endif
 
 /* Where QG_SPLIT_AUTO takes the exact split: the float GEMMs it replaces at least this many flops
- * (2^28 a step: an SGEMM of ~10 us against the split's extra launch; 2^32 after the loop: ~0.1 ms
- * against its ~15 launches). */
-#define XS_MIN_STEP_FLOPS 268435456.0
+ * (2^32 after the loop: ~0.1 ms against its ~15 launches). Per step, xs_step_auto: since its
+ * product runs on igemm (session 36) the split's step beats the fp32 step product from about
+ * 6e7 flops a step, and at every N from H 640 (H200, strict backward, forced on against the old
+ * threshold of 2^28: N 8 H 1024 2.12 -> 1.25 ms, N 64 H 512 1.30 -> 1.21, N 128 H 512 2.25 -> 1.48;
+ * N 32 H 512, 5e7 flops: 1.106 against 1.128; bench/cuda_int_gru.md, session 50). Above H 1024
+ * (the step kernel without the fused split) the old threshold stays: not measured there. */
+#define XS_MIN_STEP_FLOPS 6.0e7
+#define XS_MIN_STEP_FLOPS_WIDE 268435456.0
 #define XS_MIN_AFTER_FLOPS 4294967296.0
+static int xs_step_auto(double step_flops, int64_t H) {
+  if (H > 1024) return step_flops >= XS_MIN_STEP_FLOPS_WIDE;
+  return H >= 640 || step_flops >= XS_MIN_STEP_FLOPS;
+}
+/* the strict step product below this many flops a step, where the split does not run: our
+ * step_product_kernel, else cuBLAS (session 25) */
 #ifndef QGRU_OWN_STEP_FLOPS
-#define QGRU_OWN_STEP_FLOPS XS_MIN_STEP_FLOPS
+#define QGRU_OWN_STEP_FLOPS 268435456.0
 #endif
 
 /* Whether every index of a step of bwd_step1_kernel fits 32 bits: the dp / dq rows [T N, 3H], the
