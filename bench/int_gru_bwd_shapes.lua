@@ -6,22 +6,15 @@
 -- measured times against the model (bench/int_gru_bwd_fit.py fits it; bench/cuda_int_gru.md,
 -- session 50). Lines on stderr: "TRY <shape>", the candidates, "RES <shape> <ms|fail>".
 --   QGRU_ROOT=$PWD QGRU_LIB=<trace build>/libqgru.so luajit bench/int_gru_bwd_shapes.lua T N C H 2> fit_TxNxCxH.txt
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
+local util = require("int_gru_util")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
-local Tensor = qgru.Tensor
 local lib = clib.lib
 local T, N, C, H = tonumber(arg[1]), tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 local ctx = clib.context("cuda")
 local function check(st) clib.check(ctx, st, 2) end
-qgru.seed(1)
-local x = Tensor.new({ T, N, C }, "f32"):normal(0, 1):to("cuda")
-local gout = Tensor.new({ T, N, H }, "f32"):normal(0, 1 / (T * N * H)):to("cuda")
-local mq = nn.GRU(C, H, { device = "cuda" })
-quant.prepare(mq, quant.uniform(8))
-quant.calibrate(mq, { x }, { method = "minmax", passes = 1 })
-mq:training()
+local x, gout, mq = util.qat_module(T, N, C, H)
 local function med(f)
   for _ = 1, 10 do f() end
   check(lib.qg_ctx_synchronize(ctx))

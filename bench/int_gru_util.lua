@@ -1,6 +1,7 @@
 -- bench/int_gru_util.lua: what the integer GRU layer benchmarks (bench/int_gru_cuda.lua,
--- int_gru_large.lua, int_gru_small.lua) share: a C layer (qg_int_gru) with a calibrated model's
--- quantizers, and the median of a list of times. Scripts reach it through package.path
+-- int_gru_large.lua, int_gru_small.lua; the module ones int_gru_bwd_shapes.lua, xs_auto_on.lua,
+-- warmup_blocks.lua) share: a C layer (qg_int_gru) with a calibrated model's quantizers, the QAT
+-- module of recipes/bench.lua, and the median of a list of times. Scripts reach it through package.path
 -- "bench/?.lua" (run from the checkout root, as they are).
 local clib = require("qgru.clib")
 local ffi, lib = clib.ffi, clib.lib
@@ -34,6 +35,21 @@ function M.int8_layer(ctx, C, H, dev, calib_T)
   qgru.quant.calibrate(gru, { qgru.zeros({ calib_T, 8, C }):uniform(-1, 1) }, { method = "minmax", passes = 2 })
   local lq, w = gru.qstate.layers[0], gru.weights[0][0]
   return M.layer_on(ctx, lq, C, H), w.W:to(dev), w.R:to(dev), w.bx:to(dev), w.br:to(dev)
+end
+
+-- The QAT int8 step of recipes/bench.lua on the GPU: qgru.seed(1), x [T, N, C] ~ N(0, 1) and a
+-- fixed gradOutput [T, N, H] on "cuda", an nn.GRU(C, H) prepared with quant.uniform(8) and
+-- calibrated by minmax (1 pass) on x, in training mode. Returns x, gout, the module.
+function M.qat_module(T, N, C, H)
+  local qgru = require("qgru")
+  qgru.seed(1)
+  local x = qgru.Tensor.new({ T, N, C }, "f32"):normal(0, 1):to("cuda")
+  local gout = qgru.Tensor.new({ T, N, H }, "f32"):normal(0, 1 / (T * N * H)):to("cuda")
+  local mq = qgru.nn.GRU(C, H, { device = "cuda" })
+  qgru.quant.prepare(mq, qgru.quant.uniform(8))
+  qgru.quant.calibrate(mq, { x }, { method = "minmax", passes = 1 })
+  mq:training()
+  return x, gout, mq
 end
 
 -- The median over reps calls of f of the time of the work f enqueues on ctx (CUDA events:

@@ -2,21 +2,14 @@
 -- module, after one forward) with the exact int8 split chosen (qg_ctx_set_exact_split AUTO) and
 -- forced on, two alternating rounds, median of 20 after 30: where the chooser's threshold misses.
 --   QGRU_ROOT=$PWD QGRU_LIB=build/libqgru.so luajit bench/xs_auto_on.lua T N C H
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;bench/?.lua;" .. package.path
 local qgru = require("qgru")
+local util = require("int_gru_util")
 local clib = require("qgru.clib")
-local nn, quant = qgru.nn, qgru.quant
-local Tensor = qgru.Tensor
 local lib = clib.lib
 local T, N, C, H = tonumber(arg[1]), tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 local ctx = clib.context("cuda")
-qgru.seed(1)
-local x = Tensor.new({ T, N, C }, "f32"):normal(0, 1):to("cuda")
-local gout = Tensor.new({ T, N, H }, "f32"):normal(0, 1 / (T * N * H)):to("cuda")
-local mq = nn.GRU(C, H, { device = "cuda" })
-quant.prepare(mq, quant.uniform(8))
-quant.calibrate(mq, { x }, { method = "minmax", passes = 1 })
-mq:training()
+local x, gout, mq = util.qat_module(T, N, C, H)
 local out = {}
 for r = 1, 2 do
   for _, mode in ipairs({ { "auto", 0 }, { "on", 1 } }) do
