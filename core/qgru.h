@@ -69,9 +69,9 @@ typedef enum { QG_MATH_STRICT = 0, QG_MATH_TF32 = 1 } qg_math;
  * at-most-8-bit codes of the other operand on the int8 tensor cores, integer sums, one rounding to
  * fp32 (more accurate than SGEMM, and faster where the GEMMs are large). AUTO (the default): where
  * the operands allow it and the float GEMMs it replaces are large enough to gain (the per-step
- * product 2 N 3H H >= 6e7 flops, or H from 640 to 1024, or >= 2^28 flops above H 1024; the products
- * after the loop together >= 2^32); ON: wherever the
- * operands allow it (tests); OFF: fp32 SGEMMs only (comparisons). TF32 mode and the CPU ignore it. */
+ * product 2 N 3H H >= 6e7 flops, or H from 640 to 1024, or >= 2^28 flops above H 1024; the
+ * products after the loop together >= 2^32); ON: wherever the operands allow it (tests); OFF: fp32
+ * SGEMMs only (comparisons). TF32 mode and the CPU ignore it. */
 typedef enum { QG_SPLIT_AUTO = 0, QG_SPLIT_ON = 1, QG_SPLIT_OFF = 2 } qg_exact_split;
 /* Which GPU recurrence the GRU forwards/backwards run. AUTO (the default) picks the persistent
  * kernel (R on chip, one launch for all steps) where the shape fits it and the GEMM-per-step

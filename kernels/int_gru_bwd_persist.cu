@@ -32,10 +32,9 @@
  */
 #include "int_gru_bwd.cuh"
 #include "gru_persist.cuh"   /* cluster_barrier, sum_partials, persist_reg_threads, ptx.cuh */
-
-#include <stdio.h>
 #include "mbarrier.cuh"      /* bwd_persist_kernel's dq exchange */
 
+#include <stdio.h>   /* QG_BP_TRACE builds */
 #include <string.h>
 
 /* bwd_persist_kernel's shared memory in floats: Rt [3H][Hk], qb [2][NB][3H], part [S][NB][Hk],
