@@ -262,6 +262,28 @@ __device__ __forceinline__ void zero_cell(const rec_common &c, int64_t s, int64_
   for (int b = 0; b < c.cb; b++) d[b] = 0;
 }
 
+/* A padded step (s >= the row's length) of unit i, row n (N = c.N, as the caller holds it): no
+ * saved state, y at time s is 0 (the state stays: the caller keeps h). */
+__device__ __forceinline__ void pad_cell(const rec_common &c, int64_t s, int64_t n, int64_t i, int64_t N) {
+  zero_cell(c, s, n, i);
+  c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+}
+
+/* R h's sums a[k] of a cell's three gates requantized to matmul.Rh (exponents srh[k]) into in.rh,
+ * their in-range bits or-ed into in.mask at QG_MB_RH_*, observed when OBS. A32: the sums are
+ * taken mod 2^32 (the 32-bit mode). */
+template <int A32, int OBS, typename S>
+__device__ __forceinline__ void cell_rh(const rec_common &c, const S (&a)[3], const int (&srh)[3], qg_qp QRH, qg_cell_in &in) {
+#pragma unroll
+  for (int k = 0; k < 3; k++) {
+    const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
+    int m;
+    in.rh[k] = qg_requant64(av, srh[k], QRH, &m);
+    if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
+    in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
+  }
+}
+
 /* The W x input of the cell of unit i at time row `row` (= t N + n): the matmul.Wx codes of its
  * three gates, their in-range bits placed at QG_MB_WX_* (or-ed into in->mask). The one place the
  * per-step kernels read what the W x GEMM produced. */

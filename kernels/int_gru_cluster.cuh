@@ -252,8 +252,7 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
     int64_t hnew = hprev;
     if (active) {
       if (!valid) {   /* padded step (t = s): the state stays, y = 0 */
-        zero_cell(c, s, n, i);
-        c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+        pad_cell(c, s, n, i, N);
       } else {
         sum_t sh = 0;
         if (p.need_sh)
@@ -293,13 +292,7 @@ __global__ void __launch_bounds__(A32 && !PSM ? 256 : 512, 1) persistent_kernel(
             in.mask = wxm;
             for (int k = 0; k < 3; k++) in.wx[k] = wxc[k];
           }
-          for (int k = 0; k < 3; k++) {
-            const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
-            int m;
-            in.rh[k] = qg_requant64(av, srh[k], QRH, &m);
-            if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
-            in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
-          }
+          cell_rh<A32, OBS>(c, a, srh, QRH, in);
           in.hprev = hprev;
           hnew = run_cell<WIDE, OBS>(&q, c, s, t, n, i, &in);
         }

@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(FB_THREADS) fallback_step_kernel(const __grid_
   const int64_t hp = hprev[n * H + i];
   int64_t hnew = hp;
   if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
-    zero_cell(c, s, n, i);
-    c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+    pad_cell(c, s, n, i, N);
   } else {
     const int64_t t = c.reverse ? Ln - 1 - s : s;
     qg_cell_in in;

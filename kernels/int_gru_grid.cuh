@@ -459,8 +459,7 @@ __global__ void __launch_bounds__(TS_THREADS, 1) tc_grid_kernel(const __grid_con
           const int32_t hp = php[x][q];
           int32_t hnew = hp;
           if (s >= lens[r]) {
-            zero_cell(c, s, n, i);
-            c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+            pad_cell(c, s, n, i, N);
           } else {
             const int64_t t = c.reverse ? lens[r] - 1 - s : s;
             uint32_t sh = 0;

@@ -258,8 +258,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
     const int64_t Ln = length_at(c.L, n, c.T), hp = A32 ? php[rq] : hprev_codes[n * H + i];
     int64_t hnew = hp;
     if (s >= Ln) {   /* padded step (t = s): the state stays, y = 0 */
-      zero_cell(c, s, n, i);
-      c.y[(s * N + n) * c.Hy + c.y_offset + i] = 0.0f;
+      pad_cell(c, s, n, i, N);
     } else {
       const int64_t t = c.reverse ? Ln - 1 - s : s;
       sum_t sh = 0;
@@ -285,14 +284,7 @@ __global__ void __launch_bounds__(TS_THREADS) tc_step_kernel(const __grid_consta
       } else {
         qg_cell_in in = base_in;
         in.mask = 0;
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-          const int64_t av = A32 ? (int64_t)(int32_t)a[k] : (int64_t)a[k];
-          int m;
-          in.rh[k] = qg_requant64(av, srh[k], QRH, &m);
-          if (OBS) observe(c.range, c.counts, QG_Q_MATMUL_RH, ldexp((double)av, -srh[k]));
-          in.mask |= (uint32_t)m << (QG_MB_RH_Z + k);
-        }
+        cell_rh<A32, OBS>(c, a, srh, QRH, in);
         if (A32) {   /* a unit outside the 32-bit bounds: W x requantized here, as wx_gemm_kernel does */
 #pragma unroll
           for (int k = 0; k < 3; k++) {
